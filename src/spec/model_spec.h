@@ -1,0 +1,121 @@
+// ModelSpec: one typed description of every layer of a Gemma-family decoder. Built from a
+// Hugging Face config.json or from a doppler.execution/v1 manifest; the graph (model/)
+// reads nothing else, so every behaviour difference between sources is a field here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lumen::spec {
+
+enum class AttentionKind { Sliding, Full };
+
+struct RopeSpec {
+  std::string type = "default";  // "default" (all dims) or "proportional" (partial, zero tail)
+  double theta = 10000.0;
+  // Fraction of head_dim rotated. The rotated pairs are (i, i + head_dim/2) for
+  // i < rotated_pairs(); other dimensions pass through unchanged.
+  double partial_factor = 1.0;
+  // Denominator of the frequency exponent: inv_freq[i] = theta^(-2i / freq_base_dim).
+  // Gemma 4 full layers use the FULL head dim (512), not the rotated width.
+  int freq_base_dim = 0;
+  // Linear position scaling: inv_freq /= scaling_factor. 1 = none.
+  double scaling_factor = 1.0;
+
+  int rotated_pairs(int head_dim) const { return int(partial_factor * head_dim / 2.0); }
+};
+
+struct LayerSpec {
+  AttentionKind kind = AttentionKind::Sliding;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int window = 0;             // keys q-window+1 .. q are visible; 0 = unbounded (full)
+  bool k_eq_v = false;        // no v_proj: v is the raw k projection (before k-norm, RoPE)
+  bool q_norm = true;         // RMSNorm over each q head
+  bool q_norm_weight = true;  // ... with a learned gain (else unit gain)
+  bool k_norm = true;
+  bool k_norm_weight = true;
+  bool v_norm = true;         // weightless RMSNorm over each v head
+  bool has_layer_scalar = true;       // a learned `layer_scalar` tensor
+  float missing_layer_scalar = 1.0f;  // value used when has_layer_scalar is false
+  int ffn_dim = 0;
+  RopeSpec rope;
+};
+
+struct SpecialTokens {
+  int pad = 0;
+  int bos = 2;
+  int eos = 1;
+  int unk = 3;
+  std::vector<int> stop;  // generation stops on any of these
+};
+
+// The `unsupported` block of a manifest: the artifact is known not to run correctly.
+struct Unsupported {
+  std::string code;
+  std::string message;
+  std::string recommendation;
+};
+
+struct ModelSpec {
+  std::string source;       // path it was built from
+  std::string source_kind;  // "hf-config" | "manifest"
+  std::string model_type;   // e.g. "gemma4_unified_text"
+  std::string family = "gemma4";
+
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int max_positions = 0;
+  float rms_eps = 1e-6f;
+  // Gemma 2/3 RMSNorm multiplies by (1 + w); Gemma 4 by w.
+  bool norm_weight_offset = false;
+  float attention_scale = 1.0f;            // multiplies q.k
+  std::optional<float> attn_logit_softcap;  // tanh cap on attention scores
+  std::optional<float> final_logit_softcap;
+  bool tie_embeddings = true;
+  // Multiplier of the embedding rows: sqrt(hidden_size) computed in f32 (llama.cpp's choice;
+  // HF rounds it to the weight dtype, which matters only when computing in bf16).
+  float embedding_scale = 1.0f;
+  std::string activation = "gelu_tanh";
+  bool post_attention_norm = true;
+  bool pre_ffn_norm = true;
+  bool post_ffn_norm = true;
+
+  SpecialTokens tokens;
+  std::string chat_template;  // "gemma4" | "gemma3" | ""
+  std::vector<LayerSpec> layers;
+  std::optional<Unsupported> unsupported;
+
+  int num_layers() const { return int(layers.size()); }
+};
+
+// Builds the spec from a parsed HF config.json (`model_type` gemma4, gemma4_text,
+// gemma4_unified, gemma4_unified_text; nested `text_config`). `source` names the file in
+// errors. Throws lumen::Error naming the field on unknown or contradictory input.
+ModelSpec spec_from_hf_config(const nlohmann::json& config, const std::string& source);
+
+// Builds the spec from a doppler.execution/v1 manifest (`runtime.architecture`,
+// `runtime.rawConfig`, `runtime.manifestInference`).
+ModelSpec spec_from_manifest(const nlohmann::json& manifest, const std::string& source);
+
+// `path`: a model directory (its config.json), a config.json, or a manifest .json.
+ModelSpec load_spec(const std::string& path);
+
+nlohmann::json spec_to_json(const ModelSpec& spec);
+std::string spec_to_text(const ModelSpec& spec);
+
+// Tensor names and shapes the spec requires in a checkpoint, without the name prefix
+// ("layers.0.self_attn.q_proj.weight", "embed_tokens.weight", ...). Shapes are
+// PyTorch's [out, in] for projections.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec);
+
+}  // namespace lumen::spec
