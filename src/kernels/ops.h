@@ -1,0 +1,34 @@
+// Elementwise and per-vector operations of the decoder, in f32.
+#pragma once
+
+#include <cstdint>
+
+namespace lumen::kernels {
+
+// out = x / sqrt(mean(x^2) + eps) * g, where g = w (Gemma 4), 1 + w (Gemma 2/3, offset=true),
+// or 1 when w is null (the weightless v-norm). out may alias x.
+void rms_norm(const float* x, int64_t n, const float* w, bool offset, float eps, float* out);
+
+// Rotary embedding, non-interleaved ("rotate_half"): dimension i pairs with i + head_dim/2.
+// Only the first `pairs` pairs rotate (partial RoPE); cos/sin hold `pairs` entries.
+void rope_rotate(float* x, int64_t head_dim, int64_t pairs, const float* cos, const float* sin);
+
+// cos/sin of position * inv_freq[i] for i < pairs. The angle is formed in f32, as the
+// reference does, then evaluated in double precision.
+void rope_angles(int64_t position, const float* inv_freq, int64_t pairs, float* cos, float* sin);
+
+// GELU with the tanh approximation ("gelu_pytorch_tanh").
+float gelu_tanh(float x);
+// out[i] = gelu_tanh(gate[i]) * up[i]
+void gated_gelu(const float* gate, const float* up, int64_t n, float* out);
+
+// x = cap * tanh(x / cap), in place.
+void softcap(float* x, int64_t n, float cap);
+
+// In-place softmax over n scores.
+void softmax(float* x, int64_t n);
+
+// y += a * x
+void axpy(float a, const float* x, int64_t n, float* y);
+
+}  // namespace lumen::kernels

@@ -1,0 +1,175 @@
+#include "model/gemma_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/thread_pool.h"
+
+namespace lumen::model {
+
+using kernels::matmul;
+using kernels::rms_norm;
+
+std::vector<float> rope_inv_freq(const spec::RopeSpec& rope, int head_dim) {
+  const int pairs = rope.rotated_pairs(head_dim);
+  const int base_dim = rope.freq_base_dim > 0 ? rope.freq_base_dim : head_dim;
+  std::vector<float> inv(size_t(std::max(pairs, 0)));
+  for (int i = 0; i < pairs; ++i) {
+    // The reference forms the exponent and the power in f32; so do we.
+    const float exponent = float(2 * i) / float(base_dim);
+    const float freq = 1.0f / std::pow(float(rope.theta), exponent);
+    inv[size_t(i)] = freq / float(rope.scaling_factor);
+  }
+  return inv;
+}
+
+GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights)
+    : spec_(std::move(spec)), weights_(std::move(weights)) {
+  for (const auto& ls : spec_.layers) inv_freq_.push_back(rope_inv_freq(ls.rope, ls.head_dim));
+}
+
+void GemmaModel::attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
+                           std::span<SequenceKv* const> caches, const float* q, float* out) const {
+  const int64_t hd = ls.head_dim, nq = ls.num_q_heads, nkv = ls.num_kv_heads;
+  const int64_t group = nq / nkv;
+  const float scale = spec_.attention_scale;
+  const int64_t T = int64_t(rows.size());
+  kernels::ThreadPool::global().parallel_for(T * nq, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t t = job / nq, h = job % nq, kvh = h / group;
+      const BatchRow& row = rows[size_t(t)];
+      const int32_t lo = ls.window > 0 ? std::max<int32_t>(0, row.pos - ls.window + 1) : 0;
+      const float* qh = q + (t * nq + h) * hd;
+      float* oh = out + (t * nq + h) * hd;
+      scores.assign(size_t(row.pos - lo + 1), 0.0f);
+      const SequenceKv& kv = *caches[size_t(row.seq)];
+      kv.read(layer, lo, row.pos, [&](const KvSpan& s) {
+        for (int32_t i = 0; i < s.count; ++i)
+          scores[size_t(s.first_pos - lo + i)] = kernels::dot_f32(qh, s.k + i * s.stride + kvh * hd, hd) * scale;
+      });
+      if (spec_.attn_logit_softcap) kernels::softcap(scores.data(), int64_t(scores.size()), *spec_.attn_logit_softcap);
+      kernels::softmax(scores.data(), int64_t(scores.size()));
+      std::fill(oh, oh + hd, 0.0f);
+      kv.read(layer, lo, row.pos, [&](const KvSpan& s) {
+        for (int32_t i = 0; i < s.count; ++i)
+          kernels::axpy(scores[size_t(s.first_pos - lo + i)], s.v + i * s.stride + kvh * hd, hd, oh);
+      });
+    }
+  });
+}
+
+void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches,
+                         std::vector<float>& logits) const {
+  const int64_t T = int64_t(rows.size());
+  const int64_t H = spec_.hidden_size;
+  const int64_t V = spec_.vocab_size;
+  for (const BatchRow& r : rows) {
+    if (r.token < 0 || r.token >= V)
+      throw Error("token id " + std::to_string(r.token) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    if (r.seq < 0 || size_t(r.seq) >= caches.size() || !caches[size_t(r.seq)])
+      throw Error("batch row names sequence " + std::to_string(r.seq) + ", which has no KV cache");
+    if (r.pos < 0) throw Error("negative position in batch");
+  }
+
+  // Embedding lookup, scaled.
+  std::vector<float> x(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t) {
+    float* xt = x.data() + t * H;
+    quant::dequantize_row(weights_.embed_tokens, rows[size_t(t)].token, xt);
+    for (int64_t i = 0; i < H; ++i) xt[i] *= spec_.embedding_scale;
+  }
+
+  std::vector<float> h(size_t(T * H)), attn_out(size_t(T * H));
+  std::vector<float> q, k, v, attn, gate, up, cos, sin;
+  const bool offset = spec_.norm_weight_offset;
+  const float eps = spec_.rms_eps;
+
+  for (int l = 0; l < spec_.num_layers(); ++l) {
+    const spec::LayerSpec& ls = spec_.layers[size_t(l)];
+    const LayerWeights& lw = weights_.layers[size_t(l)];
+    const int64_t hd = ls.head_dim, nq = ls.num_q_heads, nkv = ls.num_kv_heads;
+    const int64_t pairs = int64_t(inv_freq_[size_t(l)].size());
+
+    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * H], H, lw.input_norm.data(), offset, eps, &h[t * H]);
+    q.resize(size_t(T * nq * hd));
+    k.resize(size_t(T * nkv * hd));
+    v.resize(size_t(T * nkv * hd));
+    matmul(h.data(), T, lw.q_proj, q.data());
+    matmul(h.data(), T, lw.k_proj, k.data());
+    if (ls.k_eq_v) {
+      v = k;  // the raw projection, before k-norm and RoPE
+    } else {
+      matmul(h.data(), T, lw.v_proj, v.data());
+    }
+
+    cos.resize(size_t(pairs));
+    sin.resize(size_t(pairs));
+    const float* qn = lw.q_norm.empty() ? nullptr : lw.q_norm.data();
+    const float* kn = lw.k_norm.empty() ? nullptr : lw.k_norm.data();
+    for (int64_t t = 0; t < T; ++t) {
+      kernels::rope_angles(rows[size_t(t)].pos, inv_freq_[size_t(l)].data(), pairs, cos.data(), sin.data());
+      for (int64_t j = 0; j < nq; ++j) {
+        float* qh = &q[(t * nq + j) * hd];
+        if (ls.q_norm) rms_norm(qh, hd, qn, offset, eps, qh);
+        kernels::rope_rotate(qh, hd, pairs, cos.data(), sin.data());
+      }
+      for (int64_t j = 0; j < nkv; ++j) {
+        float* kh = &k[(t * nkv + j) * hd];
+        float* vh = &v[(t * nkv + j) * hd];
+        if (ls.k_norm) rms_norm(kh, hd, kn, offset, eps, kh);
+        kernels::rope_rotate(kh, hd, pairs, cos.data(), sin.data());
+        if (ls.v_norm) rms_norm(vh, hd, nullptr, false, eps, vh);
+      }
+      const BatchRow& r = rows[size_t(t)];
+      caches[size_t(r.seq)]->store(l, r.pos, &k[t * nkv * hd], &v[t * nkv * hd]);
+    }
+
+    attn.resize(size_t(T * nq * hd));
+    attention(ls, l, rows, caches, q.data(), attn.data());
+    matmul(attn.data(), T, lw.o_proj, attn_out.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float* a = &attn_out[t * H];
+      if (spec_.post_attention_norm) rms_norm(a, H, lw.post_attention_norm.data(), offset, eps, a);
+      for (int64_t i = 0; i < H; ++i) x[size_t(t * H + i)] += a[i];
+      float* f = &h[t * H];
+      if (spec_.pre_ffn_norm) rms_norm(&x[t * H], H, lw.pre_ffn_norm.data(), offset, eps, f);
+      else std::copy(&x[t * H], &x[t * H] + H, f);
+    }
+
+    const int64_t F = ls.ffn_dim;
+    gate.resize(size_t(T * F));
+    up.resize(size_t(T * F));
+    matmul(h.data(), T, lw.gate_proj, gate.data());
+    matmul(h.data(), T, lw.up_proj, up.data());
+    kernels::gated_gelu(gate.data(), up.data(), T * F, gate.data());
+    matmul(gate.data(), T, lw.down_proj, attn_out.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float* f = &attn_out[t * H];
+      if (spec_.post_ffn_norm) rms_norm(f, H, lw.post_ffn_norm.data(), offset, eps, f);
+      float* xt = &x[t * H];
+      // The layer scalar multiplies the whole hidden state, after both residual adds.
+      for (int64_t i = 0; i < H; ++i) xt[i] = (xt[i] + f[i]) * lw.layer_scalar;
+    }
+  }
+
+  // Final norm and output projection, only for rows that want logits.
+  std::vector<float> selected;
+  int64_t n_out = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!rows[size_t(t)].want_logits) continue;
+    selected.resize(size_t((n_out + 1) * H));
+    rms_norm(&x[t * H], H, weights_.final_norm.data(), offset, eps, &selected[n_out * H]);
+    ++n_out;
+  }
+  logits.assign(size_t(n_out * V), 0.0f);
+  if (n_out == 0) return;
+  matmul(selected.data(), n_out, weights_.lm_head, logits.data());
+  if (spec_.final_logit_softcap) kernels::softcap(logits.data(), n_out * V, *spec_.final_logit_softcap);
+}
+
+}  // namespace lumen::model

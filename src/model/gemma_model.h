@@ -1,0 +1,51 @@
+// The Gemma decoder graph (Gemma 4 semantics; family differences are ModelSpec fields).
+//
+// Batch-first: forward() takes a batch of (sequence, position, token) rows, possibly from
+// several sequences and several positions each, and returns logits only for the rows that
+// ask for them. Each sequence has its own KV cache; rows of one sequence must come in
+// increasing position order, and a row sees the keys of every earlier row of its sequence
+// (cached or in the same batch). So prefill (many rows of one sequence), decode (one row
+// per sequence) and a mix of both are the same call.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/kv_store.h"
+#include "model/weights.h"
+#include "spec/model_spec.h"
+
+namespace lumen::model {
+
+struct BatchRow {
+  int32_t seq = 0;    // index into the caches span
+  int32_t pos = 0;    // position within its sequence
+  int32_t token = 0;  // input token id
+  bool want_logits = false;
+};
+
+class GemmaModel {
+ public:
+  GemmaModel(spec::ModelSpec spec, ModelWeights weights);
+
+  const spec::ModelSpec& spec() const { return spec_; }
+
+  // Runs one step. `logits` is resized to [rows asking for logits, vocab], in batch order.
+  // Throws lumen::Error for a token outside the vocabulary or a bad sequence index.
+  void forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches, std::vector<float>& logits) const;
+
+ private:
+  void attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
+                 std::span<SequenceKv* const> caches, const float* q, float* out) const;
+
+  spec::ModelSpec spec_;
+  ModelWeights weights_;
+  // Per layer: RoPE inverse frequencies for the rotated pairs.
+  std::vector<std::vector<float>> inv_freq_;
+};
+
+// inv_freq[i] = 1 / (theta^(2i / freq_base_dim) * scaling_factor) for the rotated pairs.
+std::vector<float> rope_inv_freq(const spec::RopeSpec& rope, int head_dim);
+
+}  // namespace lumen::model

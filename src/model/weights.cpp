@@ -1,0 +1,133 @@
+#include "model/weights.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "base/error.h"
+
+namespace lumen::model {
+namespace {
+
+quant::WeightFormat weight_format(const formats::TensorView& t) {
+  switch (t.dtype) {
+    case DType::F32: return quant::WeightFormat::F32;
+    case DType::F16: return quant::WeightFormat::F16;
+    case DType::BF16: return quant::WeightFormat::BF16;
+    default:
+      throw Error(t.file + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+                  "; Lumen reads BF16, F16 or F32 weights");
+  }
+}
+
+class Binder {
+ public:
+  Binder(const TensorLookup& lookup, std::string prefix, std::string source, ModelWeights& out)
+      : lookup_(lookup), prefix_(std::move(prefix)), source_(std::move(source)), out_(out) {}
+
+  const formats::TensorView& get(const std::string& short_name, const std::vector<int64_t>& shape,
+                                 bool prefixed = true) {
+    const std::string name = prefixed ? prefix_ + short_name : short_name;
+    const formats::TensorView* t = lookup_(name);
+    if (!t)
+      throw Error(source_ + ": missing tensor '" + name + "' (the model spec needs shape " +
+                  formats::shape_to_string(shape) + ")");
+    weight_format(*t);
+    if (t->shape != shape)
+      throw Error(t->file + ": tensor '" + name + "' has shape " + formats::shape_to_string(t->shape) +
+                  " but the model spec needs " + formats::shape_to_string(shape));
+    used_.insert(name);
+    return *t;
+  }
+
+  quant::WeightMatrix matrix(const std::string& short_name, int64_t rows, int64_t cols, bool prefixed = true) {
+    const auto& t = get(short_name, {rows, cols}, prefixed);
+    quant::WeightMatrix m;
+    m.format = weight_format(t);
+    m.rows = rows;
+    m.cols = cols;
+    m.data = aligned_data(t);
+    return m;
+  }
+
+  std::vector<float> vector(const std::string& short_name, int64_t n) {
+    const auto& t = get(short_name, {n});
+    std::vector<float> v(size_t(n));
+    quant::to_f32(weight_format(t), aligned_data(t), n, v.data());
+    return v;
+  }
+
+  const std::set<std::string>& used() const { return used_; }
+
+ private:
+  // Mapped tensors are normally aligned; copy the rare one that is not, so kernels may
+  // load elements directly.
+  const void* aligned_data(const formats::TensorView& t) {
+    const size_t align = dtype_size(t.dtype);
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t.data;
+    auto& copy = out_.owned.emplace_back(t.nbytes + 8);
+    std::byte* p = copy.data();
+    while (reinterpret_cast<uintptr_t>(p) % 8) ++p;
+    std::memcpy(p, t.data, t.nbytes);
+    return p;
+  }
+
+  const TensorLookup& lookup_;
+  std::string prefix_;
+  std::string source_;
+  ModelWeights& out_;
+  std::set<std::string> used_;
+};
+
+std::string detect_prefix(const TensorLookup& lookup, const std::string& source) {
+  for (const char* prefix : {"model.language_model.", "model."})
+    if (lookup(std::string(prefix) + "embed_tokens.weight")) return prefix;
+  throw Error(source + ": missing tensor 'model.embed_tokens.weight' (nor 'model.language_model.embed_tokens.weight')");
+}
+
+}  // namespace
+
+ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
+                          const std::vector<std::string>& all_names, const std::string& source) {
+  ModelWeights w;
+  w.name_prefix = detect_prefix(lookup, source);
+  Binder bind(lookup, w.name_prefix, source, w);
+  const int64_t H = spec.hidden_size;
+
+  for (int l = 0; l < spec.num_layers(); ++l) {
+    const spec::LayerSpec& ls = spec.layers[size_t(l)];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const int64_t q_dim = int64_t(ls.num_q_heads) * ls.head_dim;
+    const int64_t kv_dim = int64_t(ls.num_kv_heads) * ls.head_dim;
+    LayerWeights lw;
+    lw.input_norm = bind.vector(p + "input_layernorm.weight", H);
+    lw.q_proj = bind.matrix(p + "self_attn.q_proj.weight", q_dim, H);
+    lw.k_proj = bind.matrix(p + "self_attn.k_proj.weight", kv_dim, H);
+    if (!ls.k_eq_v) lw.v_proj = bind.matrix(p + "self_attn.v_proj.weight", kv_dim, H);
+    lw.o_proj = bind.matrix(p + "self_attn.o_proj.weight", H, q_dim);
+    if (ls.q_norm && ls.q_norm_weight) lw.q_norm = bind.vector(p + "self_attn.q_norm.weight", ls.head_dim);
+    if (ls.k_norm && ls.k_norm_weight) lw.k_norm = bind.vector(p + "self_attn.k_norm.weight", ls.head_dim);
+    if (spec.post_attention_norm) lw.post_attention_norm = bind.vector(p + "post_attention_layernorm.weight", H);
+    if (spec.pre_ffn_norm) lw.pre_ffn_norm = bind.vector(p + "pre_feedforward_layernorm.weight", H);
+    if (spec.post_ffn_norm) lw.post_ffn_norm = bind.vector(p + "post_feedforward_layernorm.weight", H);
+    lw.gate_proj = bind.matrix(p + "mlp.gate_proj.weight", ls.ffn_dim, H);
+    lw.up_proj = bind.matrix(p + "mlp.up_proj.weight", ls.ffn_dim, H);
+    lw.down_proj = bind.matrix(p + "mlp.down_proj.weight", H, ls.ffn_dim);
+    lw.layer_scalar = ls.has_layer_scalar ? bind.vector(p + "layer_scalar", 1)[0] : ls.missing_layer_scalar;
+    w.layers.push_back(std::move(lw));
+  }
+  w.embed_tokens = bind.matrix("embed_tokens.weight", spec.vocab_size, H);
+  w.final_norm = bind.vector("norm.weight", H);
+  w.lm_head = spec.tie_embeddings ? w.embed_tokens : bind.matrix("lm_head.weight", spec.vocab_size, H, false);
+
+  // A decoder tensor the spec does not account for means the spec and the checkpoint
+  // disagree (e.g. a v_proj on a layer the config declares K=V): refuse rather than ignore.
+  const std::string layers_prefix = w.name_prefix + "layers.";
+  for (const std::string& name : all_names) {
+    if (name.rfind(layers_prefix, 0) == 0 && !bind.used().count(name))
+      throw Error(source + ": tensor '" + name + "' is not part of the model the config describes");
+  }
+  return w;
+}
+
+}  // namespace lumen::model

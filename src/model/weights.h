@@ -1,0 +1,42 @@
+// The decoder's weights bound from a tensor source and checked against the spec: every
+// tensor present, of a readable dtype and of the exact shape the spec implies.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formats/tensor.h"
+#include "quant/weight_matrix.h"
+#include "spec/model_spec.h"
+
+namespace lumen::model {
+
+struct LayerWeights {
+  quant::WeightMatrix q_proj, k_proj, v_proj /* empty when k_eq_v */, o_proj;
+  quant::WeightMatrix gate_proj, up_proj, down_proj;
+  std::vector<float> input_norm, post_attention_norm, pre_ffn_norm, post_ffn_norm;
+  std::vector<float> q_norm, k_norm;  // empty: unit gain
+  float layer_scalar = 1.0f;
+};
+
+struct ModelWeights {
+  std::vector<LayerWeights> layers;
+  quant::WeightMatrix embed_tokens;  // [vocab, hidden]
+  quant::WeightMatrix lm_head;       // the same matrix when embeddings are tied
+  std::vector<float> final_norm;
+  std::string name_prefix;  // "model.language_model." or "model."
+  // Copies of tensors whose mapped bytes were not aligned for their element type.
+  std::vector<std::vector<std::byte>> owned;
+};
+
+// Looks a tensor up by its full name; nullptr when absent.
+using TensorLookup = std::function<const formats::TensorView*(const std::string&)>;
+
+// `all_names`: every tensor name of the source (to detect tensors the spec does not
+// expect). `source` names the checkpoint in errors. Throws lumen::Error with one line
+// naming the file and tensor on any mismatch.
+ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
+                          const std::vector<std::string>& all_names, const std::string& source);
+
+}  // namespace lumen::model

@@ -1,0 +1,33 @@
+// A weight matrix as the kernels consume it: row-major [rows, cols] in one storage format.
+// Rows are output features (PyTorch's [out, in] convention). The quantized block formats of
+// later issues add entries to WeightFormat; the kernels dispatch on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace lumen::quant {
+
+enum class WeightFormat : uint8_t { F32, F16, BF16 };
+
+struct WeightMatrix {
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+
+  size_t row_bytes() const;
+};
+
+size_t format_row_bytes(WeightFormat format, int64_t cols);
+const char* format_name(WeightFormat format);
+
+// Expands row r to f32 (reference path; also used for embedding lookups).
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
+
+// Reads a small f32/f16/bf16 vector (norm gains, scalars) into f32.
+void to_f32(WeightFormat format, const void* data, int64_t n, float* out);
+
+}  // namespace lumen::quant

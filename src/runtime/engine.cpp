@@ -1,0 +1,71 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/error.h"
+#include "kv/contiguous_cache.h"
+
+namespace lumen::runtime {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
+  std::error_code ec;
+  if (!fs::is_directory(model_path, ec))
+    throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
+  std::unique_ptr<Engine> engine(new Engine());
+  spec::ModelSpec spec = spec::load_spec(model_path);
+  engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
+  const auto& ckpt = engine->checkpoint_;
+  model::ModelWeights weights = model::bind_weights(
+      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
+  engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+  return engine;
+}
+
+std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk) const {
+  const int64_t V = spec().vocab_size;
+  kv::ContiguousCache cache(spec());
+  model::SequenceKv* caches[] = {&cache};
+  std::vector<float> all(tokens.size() * size_t(V)), step;
+  std::vector<model::BatchRow> rows;
+  for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
+    const size_t end = std::min(tokens.size(), start + size_t(chunk));
+    rows.clear();
+    for (size_t i = start; i < end; ++i) rows.push_back({0, int32_t(i), tokens[i], true});
+    model_->forward(rows, caches, step);
+    std::copy(step.begin(), step.end(), all.begin() + int64_t(start) * V);
+  }
+  return all;
+}
+
+std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, int n,
+                                             const std::function<void(int32_t)>& on_token) const {
+  if (prompt.empty()) throw Error("generation needs at least one prompt token");
+  const int64_t V = spec().vocab_size;
+  kv::ContiguousCache cache(spec());
+  model::SequenceKv* caches[] = {&cache};
+  std::vector<model::BatchRow> rows;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
+  std::vector<float> logits;
+  model_->forward(rows, caches, logits);
+  std::vector<int32_t> out;
+  int32_t pos = int32_t(prompt.size());
+  for (int i = 0; i < n; ++i) {
+    const int32_t next = argmax(logits.data(), V);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == n) break;
+    const model::BatchRow row{0, pos++, next, true};
+    model_->forward(std::span(&row, 1), caches, logits);
+  }
+  return out;
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  return int32_t(std::max_element(x, x + n) - x);
+}
+
+}  // namespace lumen::runtime
