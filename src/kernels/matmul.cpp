@@ -55,7 +55,7 @@ void matmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {
   const bool avx2 = active_isa() == Isa::Avx2;
   auto dot = avx2 ? detail::dot_f32_avx2 : detail::dot_f32_scalar;
   ThreadPool::global().parallel_for(N, [&](int64_t r0, int64_t r1) {
-    std::vector<float> scratch(size_t(K));
+    std::vector<float> scratch(static_cast<size_t>(K));
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = row_as_f32(w, r, scratch.data(), avx2);
       for (int64_t t = 0; t < T; ++t) y[t * N + r] = dot(x + t * K, row, K);

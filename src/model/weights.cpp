@@ -52,7 +52,7 @@ class Binder {
 
   std::vector<float> vector(const std::string& short_name, int64_t n) {
     const auto& t = get(short_name, {n});
-    std::vector<float> v(size_t(n));
+    std::vector<float> v(static_cast<size_t>(n));
     quant::to_f32(weight_format(t), aligned_data(t), n, v.data());
     return v;
   }
