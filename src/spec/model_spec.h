@@ -90,6 +90,9 @@ struct ModelSpec {
   std::string chat_template;  // "gemma4" | "gemma3" | ""
   std::vector<LayerSpec> layers;
   std::optional<Unsupported> unsupported;
+  // Reconciliations made while building the spec (a stray value overruled, a field ignored as
+  // the reference implementation ignores it, a layer type forced): shown by `lumen inspect`.
+  std::vector<std::string> notes;
 
   int num_layers() const { return int(layers.size()); }
 };
