@@ -116,6 +116,16 @@ PRESETS: dict[str, dict] = {
         num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=32,
         num_global_key_value_heads=1,
     ),
+    # RoPE scaling: the full layers' proportional RoPE with factor 8 (inv_freq / 8), the
+    # value the 12B manifest's stray rope_scaling carries; Lumen treats it as an option.
+    "tiny-rope-factor": _preset(
+        layer_types=[S, F, S, F],
+        rope_parameters={
+            S: {"rope_type": "default", "rope_theta": 10000.0},
+            F: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                "factor": 8.0},
+        },
+    ),
     # the 12B's 5 sliding : 1 full pattern, last layer full.
     "tiny-12b-pattern": _preset(
         layer_types=([S] * 5 + [F]) * 2, hidden_size=48, intermediate_size=96,

@@ -30,6 +30,7 @@ CASES = {
     "tiny-kv": dict(preset="tiny-kv"),
     "tiny-12b-pattern": dict(preset="tiny-12b-pattern"),
     "tiny-vocab262k": dict(preset="tiny-vocab262k"),
+    "tiny-rope-factor": dict(preset="tiny-rope-factor"),
     "tiny-mixed-sharded": dict(preset="tiny-mixed", shard_size="150KB"),
     "tiny-mixed-f32": dict(preset="tiny-mixed", dtype="float32"),
     "tiny-12b-pattern-f32": dict(preset="tiny-12b-pattern", dtype="float32", seed=1),
