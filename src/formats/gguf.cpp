@@ -22,32 +22,6 @@ constexpr int kMaxArrayDepth = 16;               // nested arrays deeper than th
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
-// Names and keys come from files we do not trust; control bytes in them would break the
-// one-line promise of lumen::Error, so they are written as \xNN.
-std::string printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Built by appending: GCC 12 -O2 warns falsely (-Wrestrict) on "'" + std::string.
-std::string in_quotes(std::string_view text) {
-  std::string out(1, '\'');
-  out += printable(text);
-  out += '\'';
-  return out;
-}
 
 std::string str(uint64_t value) { return std::to_string(value); }
 

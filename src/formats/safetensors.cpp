@@ -24,32 +24,6 @@ constexpr size_t kHeaderLengthBytes = 8;
 constexpr const char* kIndexFileName = "model.safetensors.index.json";
 constexpr const char* kSingleFileName = "model.safetensors";
 
-// Names and paths come from files we do not trust; control bytes in them would break
-// the one-line promise of lumen::Error, so they are written as \xNN.
-std::string printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Built by appending: GCC 12 -O2 warns falsely (-Wrestrict) on "'" + std::string.
-std::string in_quotes(std::string_view text) {
-  std::string out(1, '\'');
-  out += printable(text);
-  out += '\'';
-  return out;
-}
 
 // "PATH: message" — every error about a file starts with the file.
 [[noreturn]] void fail(const std::string& path, const std::string& message) {
