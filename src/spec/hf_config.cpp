@@ -261,14 +261,7 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
                                       " entries but num_hidden_layers is " +
                                       std::to_string(num_layers));
     }
-    for (size_t i = 0; i < types->size(); ++i) {
-      AttentionKind kind{};
-      if (!detail::parse_layer_type((*types)[i], kind)) {
-        t.fail_field("layer_types", "[" + std::to_string(i) + "] is '" + (*types)[i] +
-                                        "' (expected sliding_attention or full_attention)");
-      }
-      kinds.push_back(kind);
-    }
+    kinds = detail::parse_layer_types(t, "layer_types", *types);
   } else {
     for (int i = 0; i < num_layers; ++i) {
       kinds.push_back((i + 1) % 6 ? AttentionKind::Sliding : AttentionKind::Full);

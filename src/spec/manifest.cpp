@@ -238,14 +238,7 @@ ModelSpec ManifestReader::build() {
   const ObjectReader attention = mi.required_object("attention");
   std::vector<AttentionKind> kinds;
   if (auto types = pattern.optional_string_list("layerTypes")) {
-    for (size_t i = 0; i < types->size(); ++i) {
-      AttentionKind kind{};
-      if (!detail::parse_layer_type((*types)[i], kind)) {
-        pattern.fail_field("layerTypes", "[" + std::to_string(i) + "] is '" + (*types)[i] +
-                                             "' (expected sliding_attention or full_attention)");
-      }
-      kinds.push_back(kind);
-    }
+    kinds = detail::parse_layer_types(pattern, "layerTypes", *types);
     if (int(kinds.size()) != num_layers) {
       contradiction(source_, arch.field("numLayers"), std::to_string(num_layers),
                     pattern.field("layerTypes"), "(" + std::to_string(kinds.size()) + " entries)");

@@ -240,6 +240,20 @@ void ObjectReader::allow_only(const std::set<std::string, std::less<>>& allowed)
   }
 }
 
+std::vector<AttentionKind> parse_layer_types(const ObjectReader& reader, std::string_view key,
+                                             const std::vector<std::string>& types) {
+  std::vector<AttentionKind> kinds;
+  for (size_t i = 0; i < types.size(); ++i) {
+    AttentionKind kind{};
+    if (!parse_layer_type(types[i], kind)) {
+      reader.fail_field(key, "[" + std::to_string(i) + "] is '" + types[i] +
+                                 "' (expected sliding_attention or full_attention)");
+    }
+    kinds.push_back(kind);
+  }
+  return kinds;
+}
+
 bool parse_layer_type(const std::string& name, AttentionKind& kind) {
   if (name == "sliding_attention") {
     kind = AttentionKind::Sliding;

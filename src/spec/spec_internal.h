@@ -89,6 +89,10 @@ bool as_int(const json& value, int& out);
 
 // Layer type string → kind; false for anything else.
 bool parse_layer_type(const std::string& name, AttentionKind& kind);
+// The kinds of a `layer_types`-style list read from `reader`'s field `key`; an unknown
+// entry fails naming the field and index.
+std::vector<AttentionKind> parse_layer_types(const ObjectReader& reader, std::string_view key,
+                                             const std::vector<std::string>& types);
 const char* kind_name(AttentionKind kind);        // "sliding" | "full"
 const char* layer_type_name(AttentionKind kind);  // "sliding_attention" | "full_attention"
 
