@@ -218,3 +218,35 @@ def test_inspect_manifest_json(shared):
         unsupported = _find_key(doc, "unsupported")
     assert isinstance(unsupported, dict) and unsupported.get("code") == UNSUPPORTED_CODE, \
         f"unsupported.code is not {UNSUPPORTED_CODE}: {unsupported!r}"
+
+
+# --- bad requests against a good checkpoint
+
+BAD_REQUESTS = {
+    # token list that is not integers -> names the option and the item
+    "non-integer token": (["logits", "--tokens", "2,abc,6"], ["--tokens", "'abc'"]),
+    "empty token item": (["logits", "--tokens", "2,,6"], ["--tokens"]),
+    # token id past the vocabulary (512 in tiny-mixed) -> names the id and the vocabulary size
+    "token outside vocabulary": (["logits", "--tokens", "2,512,6"], ["512", "vocabulary"]),
+    "greedy token outside vocabulary": (["run", "--tokens", "2,9999", "-n", "3"], ["9999", "vocabulary"]),
+    "model path is not a directory": (["run", "--tokens", "2,5", "-n", "1"], ["not a model directory"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_bad_request_is_refused(good, tmp_path, case):
+    args, must_contain = BAD_REQUESTS[case]
+    model = tmp_path / "no-such-model" if case == "model path is not a directory" else good
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [args[0], "-m", model, *args[1:]]
+    if args[0] == "logits":
+        cmd += ["--out", out / "x.npy"]
+    cp = run_lumen(*cmd)
+    info = describe(cp)
+    assert cp.returncode == 1, f"{case}: want exit code 1\n{info}"
+    lines = cp.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(PREFIX), f"{case}: want one '{PREFIX}' line\n{info}"
+    for piece in must_contain:
+        assert piece in lines[0], f"{case}: message must contain {piece!r}: {lines[0]!r}"
+    assert sorted(p.name for p in out.iterdir()) == [], f"{case}: output left behind"
