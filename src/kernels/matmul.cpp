@@ -41,8 +41,8 @@ const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch,
         return scratch;
       }
       break;
-    case quant::WeightFormat::F16:
-      break;
+    default:
+      break;  // f16 and block formats: the reference expansion below
   }
   quant::dequantize_row(w, r, scratch);
   return scratch;

@@ -1,6 +1,6 @@
 // A weight matrix as the kernels consume it: row-major [rows, cols] in one storage format.
-// Rows are output features (PyTorch's [out, in] convention). The quantized block formats of
-// later issues add entries to WeightFormat; the kernels dispatch on it.
+// Rows are output features (PyTorch's [out, in] convention). Block formats store each row as
+// whole blocks (ggml's layouts, quant/ggml_blocks.h); the kernels dispatch on the format.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,25 @@
 
 namespace lumen::quant {
 
-enum class WeightFormat : uint8_t { F32, F16, BF16 };
+enum class WeightFormat : uint8_t {
+  F32,
+  F16,
+  BF16,
+  // ggml block formats, byte-compatible with GGUF tensors of the same name.
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+};
+
+// The ggml type id of a format (quant/ggml_blocks.h numbering), and back; nullopt-like -1
+// when a ggml type has no WeightFormat.
+int ggml_type_of(WeightFormat format);
+int weight_format_from_ggml(int ggml_type);
 
 struct WeightMatrix {
   WeightFormat format = WeightFormat::F32;

@@ -1,0 +1,59 @@
+// CONTRACT (interface agreed before implementation; the text-generation work implements it).
+//
+// One sequence being generated, as a small state machine that any driver can step: the
+// single-user loop (Session, `lumen run` / `lumen chat`) and the continuous-batching
+// scheduler of the server both feed it logits and ask it for the next batch row. It owns
+// the sampler, the stop rules (stop tokens, stop strings cut exactly, max tokens) and the
+// UTF-8-safe text stream. It does not own the KV cache or call the model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace lumen::tokenizer {
+class Tokenizer;
+}
+
+namespace lumen::runtime {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // already formatted and tokenized (BOS included)
+  SamplingParams sampling;
+  int max_tokens = 256;
+  std::vector<int32_t> stop_tokens;     // end the generation; never part of the text
+  std::vector<std::string> stop_strings;  // the text is cut just before the first match
+};
+
+enum class FinishReason { None, Stop /* stop token or string */, Length /* max_tokens */, Cancelled };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
+
+class Generation {
+ public:
+  Generation(GenerationRequest request, const tokenizer::Tokenizer& tokenizer, int32_t vocab_size);
+
+  // Feeds the logits of the last position; samples, applies the stop rules, and returns the
+  // text that became final with this token (held back while it could still start a stop
+  // string). After this, finished() may be true.
+  std::string accept(std::span<float> logits);
+  void cancel();
+
+  bool finished() const;
+  FinishReason finish_reason() const;
+  // The token to feed at the next step (the last sampled one); valid while !finished().
+  int32_t next_input() const;
+  const std::vector<int32_t>& generated() const;  // sampled ids, stop token excluded
+  const std::string& text() const;                 // final text so far
+  const GenerationRequest& request() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace lumen::runtime
