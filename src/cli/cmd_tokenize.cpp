@@ -152,7 +152,7 @@ LUMEN_COMMAND(31, [](CLI::App& app) {
             if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX) list.push_back(v.get<int32_t>());
         if (!value.is_array() || list.size() != value.size())
           throw Error(opts->jsonl + ": line " + std::to_string(number) + ": expected a JSON list of token ids");
-        out += nlohmann::json(tokenizer->decode(list, opts->skip_special)).dump();
+        out += nlohmann::json(tokenizer->decode(list, opts->skip_special)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         out += '\n';
       });
       std::cout << out << std::flush;
