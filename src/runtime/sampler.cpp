@@ -139,17 +139,14 @@ void Sampler::truncate(std::span<const float> logits) {
   if (!(max_logit > -std::numeric_limits<float>::infinity()))
     throw Error("sampler: every token has probability 0 (all logits are -inf or NaN)");
 
-  // Weights exp((l - max) / T) of the candidates; min-p keeps tokens whose probability is at
-  // least min_p times the best one's, i.e. weight >= min_p (the best has weight 1). It does
-  // not depend on the other truncations (they keep the best token), so it runs first and
-  // shrinks the set the others sort.
-  const float min_weight = params_.min_p;
+  // Weights exp((l - max) / T): the best token has weight 1. Tokens whose weight underflows
+  // to 0 have no probability mass and are dropped at once.
   scratch_.clear();
   for (int32_t id = 0; id < vocab_size_; ++id) {
     const float l = logits[size_t(id)];
     if (!(l > -std::numeric_limits<float>::infinity())) continue;  // banned (or NaN)
     const float w = std::exp((l - max_logit) * inv_t);
-    if (w > 0 && w >= min_weight) scratch_.emplace_back(w, id);
+    if (w > 0) scratch_.emplace_back(w, id);
   }
   if (scratch_.empty()) scratch_.emplace_back(1.0f, argmax_of(logits));
 
@@ -185,6 +182,13 @@ void Sampler::truncate(std::span<const float> logits) {
       chunk *= 4;
     }
     scratch_.resize(keep);
+  }
+
+  // Min-p last, as transformers orders it: keep tokens at least min_p times as likely as
+  // the best one (weight >= min_p). The best token survives every step above.
+  if (params_.min_p > 0.0f) {
+    const float min_weight = params_.min_p;
+    std::erase_if(scratch_, [&](const std::pair<float, int32_t>& c) { return c.first < min_weight; });
   }
 }
 
