@@ -25,8 +25,25 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   return engine;
 }
 
+const tokenizer::Tokenizer* Engine::tokenizer() const {
+  std::lock_guard lock(tokenizer_mutex_);
+  if (!tokenizer_looked_up_) {
+    std::error_code ec;
+    const fs::path dir = fs::is_directory(path_, ec) ? fs::path(path_) : fs::path(path_).parent_path();
+    tokenizer_ = tokenizer::find_tokenizer(dir.string());
+    tokenizer_looked_up_ = true;
+  }
+  return tokenizer_.get();
+}
+
+void Engine::set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) {
+  std::lock_guard lock(tokenizer_mutex_);
+  tokenizer_ = std::move(tokenizer);
+  tokenizer_looked_up_ = true;
+}
+
 const tokenizer::Tokenizer& Engine::require_tokenizer() const {
-  if (!tokenizer_)
+  if (!tokenizer())
     throw Error(path_ + ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)");
   return *tokenizer_;
 }
