@@ -207,9 +207,9 @@ def prompt_lines(screen: str) -> list[str]:
     return [l for l in screen.splitlines() if l.startswith("> ")  or l == ">"]
 
 
-def chat_command(text_model) -> str:
+def chat_command(text_model, n=10) -> str:
     # The pane stays after lumen exits so the exit status can be read from it.
-    return (f"{shlex.quote(lumen_bin())} chat -m {shlex.quote(str(text_model))} --temp 0 -n 10; "
+    return (f"{shlex.quote(lumen_bin())} chat -m {shlex.quote(str(text_model))} --temp 0 -n {n}; "
             f"echo \"[exit $?]\"; sleep 60")
 
 
@@ -240,3 +240,22 @@ def test_chat_ctrl_c_at_the_prompt_exits(tmux, text_model):
     tmux.send("C-c")
     s = tmux.wait_for(lambda s: "[exit " in s, "lumen chat to exit on Ctrl-C")
     assert "[exit 130]" in s, s
+
+
+def test_chat_ctrl_c_stops_the_answer_not_the_chat(tmux, text_model):
+    # Up to the tiny model's whole context (512 positions): long enough to be interrupted.
+    tmux.start(chat_command(text_model, n=100000))
+    tmux.wait_for(lambda s: len(prompt_lines(s)) == 1, "the prompt marker")
+    tmux.send("Tell me a long story", "Enter")
+
+    def answering(s):
+        lines = s.splitlines()
+        i = next((k for k, l in enumerate(lines) if l.startswith("> Tell me")), None)
+        return i is not None and i + 1 < len(lines) and lines[i + 1].strip() != ""
+    tmux.wait_for(answering, "the answer to start")
+    tmux.send("C-c")
+    s = tmux.wait_for(lambda s: len(prompt_lines(s)) == 2, "the prompt marker after Ctrl-C")
+    assert "[stopped]" in s and "cancelled" in s, s
+    tmux.send("/exit", "Enter")
+    s = tmux.wait_for(lambda s: "[exit " in s, "lumen chat to exit")
+    assert "[exit 0]" in s, s
