@@ -148,17 +148,36 @@ def test_token_ids_still_print_json(bare_model):
 
 # ---------------------------------------------------------------------------- chat
 
-def test_chat_reads_piped_input(text_model):
-    cp = subprocess.run([lumen_bin(), "chat", "-m", str(text_model), "--temp", "0", "-n", "6"],
+def gemma4_chat_text(turns) -> str:
+    """The Gemma 4 chat prompt (../shared/docs/GEMMA4.md), thinking off."""
+    text = "<bos>"
+    for role, content in turns:
+        text += f"<|turn>{role}\n{content.strip()}<turn|>\n"
+    return text + "<|turn>model\n<|channel>thought\n<channel|>"
+
+
+def test_chat_reads_piped_input_and_its_second_turn_is_a_fresh_prefill(text_model, bare_model, hf_tokenizer):
+    n = 6
+    cp = subprocess.run([lumen_bin(), "chat", "-m", str(text_model), "--temp", "0", "-n", str(n)],
                         input="Hello\nHow are you?\n/reset\nAgain\n", capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, describe(cp)
-    assert cp.stdout.count("> ") == 5, describe(cp)  # three questions, /reset, EOF
-    assert "(conversation reset)" in cp.stdout
+    assert cp.stdout.startswith("> "), describe(cp)
+    parts = cp.stdout[2:].split("\n> ")  # answer 1, answer 2, reset notice, answer 3, EOF
+    assert len(parts) == 5 and parts[2] == "(conversation reset)" and parts[4] == "\n", describe(cp)
     # Turn 2 reused turn 1's cache; the turn after /reset started from nothing.
     stats = [l for l in cp.stderr.splitlines() if "tokens/s" in l]
     assert len(stats) == 3, describe(cp)
     reused = [int(l.split("(")[2].split(" reused")[0]) for l in stats]
     assert reused[0] == 0 and reused[1] > 0 and reused[2] == 0, stats
+    # The second answer is what greedy decoding of the whole conversation, prefilled from
+    # scratch by `run --tokens` and tokenized by Hugging Face `tokenizers`, gives.
+    text = gemma4_chat_text([("user", "Hello"), ("model", parts[0]), ("user", "How are you?")])
+    ids = hf_tokenizer.encode(text, add_special_tokens=False).ids
+    assert ids[0] == 2
+    greedy = eval(ok(run_lumen("run", "-m", bare_model, "--tokens", ",".join(map(str, ids)), "-n", n)))
+    if 1 in greedy:  # eos: the chat's only stop id on this model
+        greedy = greedy[:greedy.index(1)]
+    assert parts[1] == hf_tokenizer.decode(greedy, skip_special_tokens=True)
 
 
 class Tmux:
