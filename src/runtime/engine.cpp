@@ -29,8 +29,12 @@ const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
   if (!tokenizer_looked_up_) {
     std::error_code ec;
-    const fs::path dir = fs::is_directory(path_, ec) ? fs::path(path_) : fs::path(path_).parent_path();
-    tokenizer_ = tokenizer::find_tokenizer(dir.string());
+    if (fs::is_directory(path_, ec))
+      tokenizer_ = tokenizer::find_tokenizer(path_);
+    else if (fs::path(path_).extension() == ".gguf")
+      tokenizer_ = tokenizer::load_tokenizer(path_);  // the file's tokenizer.ggml.* metadata
+    else
+      tokenizer_ = tokenizer::find_tokenizer(fs::path(path_).parent_path().string());
     tokenizer_looked_up_ = true;
   }
   return tokenizer_.get();

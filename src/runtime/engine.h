@@ -24,7 +24,8 @@ class Engine {
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
-  // The model's tokenizer (tokenizer.json or tokenizer.model next to the weights), loaded on
+  // The model's tokenizer (tokenizer.json or tokenizer.model next to the weights, a GGUF
+  // file's own vocabulary), loaded on
   // first use so that commands which need none never read it; nullptr when the model has
   // none. Throws lumen::Error when the file is defective.
   const tokenizer::Tokenizer* tokenizer() const;

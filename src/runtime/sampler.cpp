@@ -174,6 +174,11 @@ void Sampler::truncate(std::span<const float> logits) {
     double total = 0;
     for (const auto& c : scratch_) total += c.first;
     const double target = double(params_.top_p) * total;
+    // Tokens lighter than (total - target) / n can all be dropped first: together they weigh
+    // less than total - target, so the rest weighs more than the target and holds the whole
+    // kept prefix. With real logits that is most of the vocabulary.
+    const double light = (total - target) / double(scratch_.size());
+    std::erase_if(scratch_, [&](const std::pair<float, int32_t>& c) { return double(c.first) < light; });
     size_t lo = 0, hi = scratch_.size();
     double below = 0;  // mass of [0, lo): all kept, and < target
     while (hi - lo > 1) {
