@@ -83,9 +83,8 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt (or greedy ids from --tokens)");
   cmd->add_option("-m,--model", o->model, "Model directory")->required();
-  auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (chat template applied unless --raw)");
-  auto* tokens = cmd->add_option("--tokens", o->tokens, "Comma-separated prompt token ids: print the greedy ids");
-  prompt->excludes(tokens);
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (chat template applied unless --raw)");
+  cmd->add_option("--tokens", o->tokens, "Comma-separated prompt token ids: print the greedy ids");
   cmd->add_option("-n,--n-predict", o->n, "Tokens to generate (default: 256 with -p, 32 with --tokens)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--system", o->system, "System message");
@@ -94,9 +93,14 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_flag("--think", o->think, "Let the model think first (Gemma 4 thinking mode)");
   cmd->add_flag("-v,--verbose", o->verbose, "Print speed figures to stderr");
   lumen::cli::add_sampling_flags(cmd, o->sampling);
-  return std::pair{cmd, lumen::cli::Runner([o] {
+  return std::pair{cmd, lumen::cli::Runner([o, cmd] {
+    if (o->prompt && cmd->count("--tokens") > 0) throw lumen::Error("-p and --tokens: give one or the other");
     if (o->prompt) return run_prompt(*o);
     if (o->tokens.empty()) throw lumen::Error("run: give a prompt (-p TEXT) or token ids (--tokens 2,105,9)");
+    // --tokens is the exact greedy reference of the parity tests: text options make no sense.
+    for (const char* flag : {"--system", "--raw", "--stop", "--think", "--temp", "--top-k", "--top-p", "--min-p",
+                             "--seed", "--repeat-penalty", "--presence-penalty", "--frequency-penalty"})
+      if (cmd->count(flag) > 0) throw lumen::Error(std::string(flag) + ": only with -p (--tokens decodes greedily)");
     return run_tokens(*o);
   })};
 });

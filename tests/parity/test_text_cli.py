@@ -132,6 +132,11 @@ def test_bad_sampling_flags_are_one_line_errors(text_model, flags, needles):
     one_line_error(run_lumen("run", "-m", text_model, "-p", "Hi", *flags), *needles)
 
 
+def test_text_flags_with_token_ids_are_one_line_errors(bare_model):
+    one_line_error(run_lumen("run", "-m", bare_model, "--tokens", "2,5", "--temp", "0.5"), "--temp", "-p")
+    one_line_error(run_lumen("run", "-m", bare_model, "--tokens", "2,5", "-p", "Hi"), "--tokens")
+
+
 def test_empty_prompt_is_a_one_line_error(text_model):
     one_line_error(run_lumen("run", "-m", text_model, "-p", ""), "prompt is empty")
 
