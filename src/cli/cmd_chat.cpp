@@ -39,7 +39,7 @@ int run_chat(const ChatOptions& o) {
   const auto& tok = engine->require_tokenizer();
   const auto format = tokenizer::detect_chat_format(engine->spec(), tok);
   base.max_tokens = o.n.value_or(1024);
-  base.stop_strings = o.stops;
+  for (const auto& stop : o.stops) base.stop_strings.push_back(cli::unescape(stop));
   base.stop_tokens = tokenizer::chat_stop_tokens(format, engine->spec(), tok);
   base.skip_special = !o.think;
 

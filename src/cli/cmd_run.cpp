@@ -45,10 +45,10 @@ int run_prompt(const RunOptions& o) {
   auto engine = runtime::Engine::load(model_path);
   const auto& tok = engine->require_tokenizer();
   req.max_tokens = o.n.value_or(256);
-  req.stop_strings = o.stops;
+  for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));
   if (o.raw) {
-    if (tok.bos_id() >= 0) req.prompt.push_back(tok.bos_id());
     const auto ids = tok.encode(*o.prompt, true);
+    if (tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) req.prompt.push_back(tok.bos_id());
     req.prompt.insert(req.prompt.end(), ids.begin(), ids.end());
     req.stop_tokens = cli::completion_stop_tokens(*engine);
   } else {
@@ -89,7 +89,7 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--system", o->system, "System message");
   cmd->add_flag("--raw", o->raw, "Plain completion: no chat template");
-  cmd->add_option("--stop", o->stops, "Stop when this text appears (repeatable); it is not printed");
+  cmd->add_option("--stop", o->stops, "Stop when this text appears (repeatable; \\n and \\t understood); it is not printed");
   cmd->add_flag("--think", o->think, "Let the model think first (Gemma 4 thinking mode)");
   cmd->add_flag("-v,--verbose", o->verbose, "Print speed figures to stderr");
   lumen::cli::add_sampling_flags(cmd, o->sampling);

@@ -68,6 +68,22 @@ runtime::SamplingParams sampling_from_flags(const SamplingFlags& f, const std::s
   return p;
 }
 
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 1 < text.size()) {
+      const char c = text[i + 1];
+      if (c == 'n' || c == 't' || c == '\\') {
+        out += c == 'n' ? '\n' : c == 't' ? '\t' : '\\';
+        ++i;
+        continue;
+      }
+    }
+    out += text[i];
+  }
+  return out;
+}
+
 std::vector<int32_t> completion_stop_tokens(const runtime::Engine& engine) {
   std::vector<int32_t> stops;
   const auto& tok = engine.require_tokenizer();

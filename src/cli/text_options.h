@@ -27,6 +27,9 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& flags);
 // --seed the seed is random.
 runtime::SamplingParams sampling_from_flags(const SamplingFlags& flags, const std::string& model_path);
 
+// "\n", "\t" and "\\" in a command-line string become newline, tab and backslash.
+std::string unescape(const std::string& text);
+
 // Stop tokens of plain completion: eos and the spec's stop ids.
 std::vector<int32_t> completion_stop_tokens(const runtime::Engine& engine);
 
