@@ -87,7 +87,10 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
   cmd->add_flag("--render-only", opts->render_only, "Chat: print the formatted prompt text instead of ids");
   return std::pair{cmd, lumen::cli::Runner([opts, text, file, chat, jsonl] {
     if (!*text && !*file && !*chat && !*jsonl) throw Error("tokenize: give a text, --file F, --jsonl F or --chat F");
-    auto tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+    std::unique_ptr<lumen::tokenizer::Tokenizer> tokenizer;
+    // Rendering a chat in a named format needs no vocabulary.
+    if (!(*chat && opts->render_only && opts->chat_format != "auto"))
+      tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
     if (*jsonl) {
       std::string out;
       for_each_jsonl(opts->jsonl, [&](const nlohmann::json& value, size_t number) {
@@ -152,7 +155,7 @@ LUMEN_COMMAND(31, [](CLI::App& app) {
             if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX) list.push_back(v.get<int32_t>());
         if (!value.is_array() || list.size() != value.size())
           throw Error(opts->jsonl + ": line " + std::to_string(number) + ": expected a JSON list of token ids");
-        out += nlohmann::json(tokenizer->decode(list, opts->skip_special)).dump();
+        out += nlohmann::json(tokenizer->decode(list, opts->skip_special)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         out += '\n';
       });
       std::cout << out << std::flush;

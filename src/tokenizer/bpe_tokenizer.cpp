@@ -291,13 +291,15 @@ class BpeTokenizer final : public Tokenizer {
       const auto lookup = [&](const std::string& entry) {
         auto it = vocab_index_.find(entry);
         if (it == vocab_index_.end())
-          fail("merge " + std::to_string(rank) + " (" + in_quotes(left) + " " + in_quotes(right) + "): " +
-               in_quotes(entry) + " is not in the vocabulary");
+          fail(def_.merges_field + "[" + std::to_string(rank) + "] (" + in_quotes(left) + " " + in_quotes(right) +
+               "): " + in_quotes(entry) + " is not in the vocabulary");
         return it->second;
       };
       joined = left;
       joined += right;
-      merges_.insert_or_assign(lookup(left), lookup(right), int32_t(rank), lookup(joined));
+      const int32_t left_id = lookup(left);
+      const int32_t right_id = lookup(right);
+      merges_.insert_or_assign(left_id, right_id, int32_t(rank), lookup(joined));
     }
     def_.merges.clear();
     def_.merges.shrink_to_fit();

@@ -48,6 +48,7 @@ struct BpeDefinition {
   std::vector<std::string> vocab;
   // Merges in rank order (rank 0 first), as pairs of vocabulary entries.
   std::vector<std::pair<std::string, std::string>> merges;
+  std::string merges_field = "merges";  // how errors name the list ("model.merges")
   bool byte_fallback = false;
   bool fuse_unk = false;
   bool ignore_merges = false;

@@ -110,6 +110,7 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const formats::GgufTokenizerData&
   vocab.reserve(def.vocab.size() * 2);
   for (size_t i = 0; i < def.vocab.size(); ++i) vocab[def.vocab[i]] = int32_t(i);
 
+  def.merges_field = "tokenizer.ggml.merges";
   if (!respell && !data.merges.empty()) {
     def.merges.reserve(data.merges.size());
     for (size_t i = 0; i < data.merges.size(); ++i) {
@@ -130,6 +131,7 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const formats::GgufTokenizerData&
       for (size_t i = 0; i < def.vocab.size(); ++i) scores[def.vocab[i]] = data.scores[i];
     }
     def.merges = rebuild_merges(def.vocab, vocab, scores);
+    def.merges_field = "merges rebuilt from tokenizer.ggml.tokens";
   }
 
   // Added tokens: control ones special, user-defined ones plain; each keeps its id.

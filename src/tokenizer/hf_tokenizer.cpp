@@ -145,6 +145,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   BpeDefinition def;
   def.source = path;
   def.kind = "hf-bpe";
+  def.merges_field = "model.merges";
   const json& model = r.member(root, "model", "(top level)");
   const std::string type = model.contains("type") ? r.string(model["type"], "model.type") : "BPE";
   if (type != "BPE") r.fail("model.type", "'" + type + "' is not supported (only BPE)");
