@@ -19,16 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, describe, lumen_bin, model_dir, run_lumen, work_dir
+from conftest import describe, lumen_bin, model_dir, run_lumen, work_dir
+from tokenizer_refs import gemma3_tokenizer_json as tokenizer_json
 
 PRESET = "tiny-vocab262k"
-TOKENIZER_JSON = REPO / "node_modules" / "@lenml" / "tokenizer-gemma3" / "models" / "tokenizer.json"
-STOP_IDS = {1, 106}  # eos and the end-of-turn token: a completion ends on them
-
-
-def tokenizer_json() -> Path:
-    assert TOKENIZER_JSON.is_file(), f"{TOKENIZER_JSON} is missing: run scripts/setup --test (npm ci)"
-    return TOKENIZER_JSON
+STOP_IDS = {1}  # the tiny config's eos_token_id: its only stop id (lumen inspect: "stop ids: [1]")
 
 
 @pytest.fixture(scope="module")
