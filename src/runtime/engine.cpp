@@ -15,13 +15,13 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   if (!fs::is_directory(model_path, ec))
     throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
   std::unique_ptr<Engine> engine(new Engine());
+  engine->path_ = model_path;
   spec::ModelSpec spec = spec::load_spec(model_path);
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
-  engine->path_ = model_path;
   return engine;
 }
 
