@@ -8,6 +8,7 @@
 namespace {
 
 struct RunOptions {
+  bool allow_unverified = false;
   std::string model, tokens;
   int n = 32;
 };
@@ -18,9 +19,11 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_option("-m,--model", opts->model, "Model directory")->required();
   cmd->add_option("--tokens", opts->tokens, "Comma-separated prompt token ids")->required();
   cmd->add_option("-n,--n-predict", opts->n, "Number of tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--allow-unverified", opts->allow_unverified,
+                "Run a model whose manifest marks it unsupported (known not to run correctly)");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const auto tokens = lumen::cli::parse_token_list(opts->tokens);
-    auto engine = lumen::runtime::Engine::load(opts->model);
+    auto engine = lumen::runtime::Engine::load(opts->model, opts->allow_unverified);
     const auto ids = engine->generate_greedy(tokens, opts->n);
     std::cout << lumen::cli::ids_to_json(ids) << std::endl;
     return 0;
