@@ -83,6 +83,11 @@ class Table {
   size_t pos() const { return pos_; }
 
   bool has(int field) const { return field_offset(field) != 0; }
+  // Absolute position of a present field's inline bytes (tests patch files through it).
+  std::optional<size_t> field_position(int field) const {
+    const uint16_t off = field_offset(field);
+    return off == 0 ? std::nullopt : std::optional<size_t>(pos_ + off);
+  }
 
   template <typename T>
   T scalar(int field, T default_value, const char* name) const {
