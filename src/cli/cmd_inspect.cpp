@@ -2,7 +2,7 @@
 // "LITERTLM") or a TFLite model (identifier "TFL3" at bytes 4-7) is listed in full: version,
 // metadata, sections, tensors, signatures. Anything else is a model directory, config.json or
 // manifest, shown as the model spec Lumen derives from it. Dispatch is on the bytes, not the
-// file name.
+// file name (the extension only picks the reader when the bytes match neither).
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +31,10 @@ FileKind sniff(const std::string& path) {
   in.read(head, sizeof head);
   if (in.gcount() == 8 && std::memcmp(head, "LITERTLM", 8) == 0) return FileKind::Litertlm;
   if (in.gcount() == 8 && std::memcmp(head + 4, "TFL3", 4) == 0) return FileKind::Tflite;
+  // Bytes that match neither: the extension picks the reader whose error will explain.
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".litertlm") return FileKind::Litertlm;
+  if (ext == ".tflite") return FileKind::Tflite;
   return FileKind::Other;
 }
 
