@@ -36,7 +36,10 @@ TENSORS = [
     ("bias", tflite.TensorType.FLOAT32, [3], None, struct.pack("<3f", 1.0, 2.0, 3.0), False),
     ("emb", tflite.TensorType.BFLOAT16, [2, 4], None, bytes(range(100, 116)), True),
     ("logits", tflite.TensorType.FLOAT32, [1, 3], None, None, False),
+    # Data in the package's TFLiteWeights section: external buffer 1, group "tflite_weights".
+    ("ext_w", tflite.TensorType.INT8, [4, 4], None, None, False),
 ]
+EXTERNAL = {"tensor": "ext_w", "id": 1, "offset": 256, "length": 16}
 
 
 def _ints(builder, start_fn, values, prepend):
@@ -97,7 +100,7 @@ def _tflite_flatbuffer(offsets, bad):
                 qdim = 5 if (bad == "qdim" and name == "w_int4") else dim
                 tflite.QuantizationParametersAddQuantizedDimension(b, qdim)
                 q = tflite.QuantizationParametersEnd(b)
-            tflite.TensorStart(b)
+            b.StartObject(11)  # TensorStart, plus field 10 external_buffer (newer schema)
             tflite.TensorAddShape(b, shp)
             tflite.TensorAddType(b, ttype)
             buf = tensor_buffer[i]
@@ -107,6 +110,8 @@ def _tflite_flatbuffer(offsets, bad):
             tflite.TensorAddName(b, nm)
             if q is not None:
                 tflite.TensorAddQuantization(b, q)
+            if name == EXTERNAL["tensor"]:
+                b.PrependUint32Slot(10, EXTERNAL["id"], 0)
             out.append(tflite.TensorEnd(b))
         return out
 
@@ -159,8 +164,27 @@ def _tflite_flatbuffer(offsets, bad):
     bv = vec(tflite.ModelStartBuffersVector, built_buffers)
     sv = vec(tflite.ModelStartSubgraphsVector, subgraphs)
     gv = vec(tflite.ModelStartSignatureDefsVector, sigs)
+    group_name = b.CreateString("tflite_weights")
+    b.StartObject(1)
+    b.PrependUOffsetTRelativeSlot(0, group_name, 0)
+    group = b.EndObject()
+    b.StartVector(4, 1, 4)
+    b.PrependUOffsetTRelative(group)
+    groups = b.EndVector()
+    b.StartObject(5)
+    b.PrependUint32Slot(0, EXTERNAL["id"], 0)
+    b.PrependUint32Slot(1, 0, 0)
+    offset = EXTERNAL["offset"] + (4096 if bad == "external_past_end" else 0)
+    b.PrependUint64Slot(2, offset, 0)
+    b.PrependUint64Slot(3, EXTERNAL["length"], 0)
+    ext = b.EndObject()
+    b.StartVector(4, 1, 4)
+    b.PrependUOffsetTRelative(ext)
+    externals = b.EndVector()
     desc = b.CreateString("Lumen synthetic test model")
-    tflite.ModelStart(b)
+    b.StartObject(10)  # ModelStart, plus fields 8/9 external_buffer_groups/external_buffers
+    b.PrependUOffsetTRelativeSlot(8, groups, 0)
+    b.PrependUOffsetTRelativeSlot(9, externals, 0)
     tflite.ModelAddVersion(b, 3)
     tflite.ModelAddSubgraphs(b, sv)
     tflite.ModelAddDescription(b, desc)
@@ -225,13 +249,13 @@ def llm_metadata():
     return m
 
 
-def make_package(dir_path, sp_model_bytes, out_path):
+def make_package(dir_path, sp_model_bytes, out_path, bad=None):
     """A package with every section kind Lumen reads; returns what went in."""
     import os
 
     tfl = os.path.join(dir_path, "model.tflite")
     with open(tfl, "wb") as f:
-        f.write(make_tflite())
+        f.write(make_tflite(bad=bad))
     weights = os.path.join(dir_path, "model.weight")
     with open(weights, "wb") as f:
         f.write(bytes(range(256)) * 4)

@@ -314,6 +314,12 @@ std::string_view LitertlmFile::external_tensor_bytes(const Section& model_sectio
                 std::to_string(ext->offset) + " (" + std::to_string(ext->length) +
                 " bytes) runs past the section's end (" + std::to_string(weights->size()) + " bytes)");
   }
+  const uint64_t want = TfliteModel::expected_bytes(tensor);
+  if (ext->packing.empty() && want != 0 && want != ext->length) {
+    throw Error(model.where() + ": tensor " + in_quotes(tensor.name) + ": external buffer holds " +
+                std::to_string(ext->length) + " bytes, a " + tflite_type_name(tensor.type) +
+                " tensor of this shape needs " + std::to_string(want));
+  }
   return section_bytes(*weights).substr(size_t(ext->offset), size_t(ext->length));
 }
 
@@ -342,7 +348,24 @@ nlohmann::json litertlm_to_json(const LitertlmFile& f) {
                          {"data_type_id", int(s.type)}, {"begin_offset", s.begin},
                          {"end_offset", s.end}, {"size", s.size()}, {"items", pairs_json(s.items)}};
     switch (s.type) {
-      case SectionType::TFLiteModel: sj["tflite"] = tflite_to_json(f.tflite(s)); break;
+      case SectionType::TFLiteModel: {
+        const TfliteModel model = f.tflite(s);
+        nlohmann::json tj = tflite_to_json(model);
+        // External weights must resolve inside this package; show where they are.
+        for (size_t g = 0; g < model.subgraphs.size(); ++g) {
+          for (size_t i = 0; i < model.subgraphs[g].tensors.size(); ++i) {
+            const TfliteTensor& t = model.subgraphs[g].tensors[i];
+            if (t.external_buffer == 0) continue;
+            const std::string_view bytes = f.external_tensor_bytes(s, model, t);
+            auto& out = tj["subgraphs"][g]["tensors"][i];
+            out["storage"] = "external";
+            out["bytes"] = bytes.size();
+            out["file_offset"] = f.file_offset(bytes.data());
+          }
+        }
+        sj["tflite"] = std::move(tj);
+        break;
+      }
       case SectionType::LlmMetadataProto: sj["llm_metadata"] = llm_metadata_to_json(f.llm_metadata(s)); break;
       case SectionType::HF_Tokenizer_Zlib: {
         const std::string json_text = f.hf_tokenizer_json(s);

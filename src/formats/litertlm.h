@@ -101,6 +101,8 @@ class LitertlmFile {
   std::vector<Section> sections;
 
   std::string_view section_bytes(const Section& s) const;
+  // Offset in the file of a pointer into the mapped bytes.
+  uint64_t file_offset(const char* p) const { return uint64_t(p - reinterpret_cast<const char*>(data_)); }
   // "FILE: section 2 (TFLiteModel)": how errors name a section.
   std::string section_name(const Section& s) const;
 

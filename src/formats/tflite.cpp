@@ -165,36 +165,37 @@ TfliteModel TfliteModel::parse(const std::byte* data, size_t size, const std::st
     for (uint32_t i = 0; i < tensors.size(); ++i) {
       const fb::Table t = tensors.table(i);
       TfliteTensor& tensor = sg.tensors[i];
-      const std::string path = tensor_path(s, i) + " " + in_quotes(str(t.string(3, "name")));
       tensor.name = str(t.string(3, "name"));
+      // Built only when something is wrong: models have thousands of tensors.
+      auto path = [&] { return tensor_path(s, i) + " " + in_quotes(tensor.name); };
       tensor.shape = scalars<int32_t>(t.vector(0, 4, "shape"));
       tensor.shape_signature = scalars<int32_t>(t.vector(7, 4, "shape_signature"));
       const int8_t type = t.scalar<int8_t>(1, 0, "type");
       tensor.type = TfliteType(type);
       if (tflite_type_name(tensor.type) == nullptr)
-        buf.fail(path, "unknown tensor type " + std::to_string(type));
+        buf.fail(path(), "unknown tensor type " + std::to_string(type));
       tensor.buffer = t.scalar<uint32_t>(2, 0, "buffer");
       tensor.is_variable = t.scalar<uint8_t>(5, 0, "is_variable") != 0;
       tensor.external_buffer = t.scalar<uint32_t>(10, 0, "external_buffer");
       if (tensor.buffer >= m.buffers.size()) {
-        buf.fail(path, "buffer " + std::to_string(tensor.buffer) + " out of range (" +
+        buf.fail(path(), "buffer " + std::to_string(tensor.buffer) + " out of range (" +
                            std::to_string(m.buffers.size()) + " buffers)");
       }
       const TfliteBuffer& b = m.buffers[tensor.buffer];
       const uint64_t want = expected_bytes(tensor);
       if (b.storage != BufferStorage::Empty && want != 0 && b.size != want) {
-        buf.fail(path, "buffer " + std::to_string(tensor.buffer) + " holds " + std::to_string(b.size) +
+        buf.fail(path(), "buffer " + std::to_string(tensor.buffer) + " holds " + std::to_string(b.size) +
                            " bytes, a " + tflite_type_name(tensor.type) + " tensor of this shape needs " +
                            std::to_string(want));
       }
       if (tensor.external_buffer != 0) {
         bool found = false;
         for (const auto& x : m.external_buffers) found = found || x.id == tensor.external_buffer;
-        if (!found) buf.fail(path, "external_buffer " + std::to_string(tensor.external_buffer) + " not defined");
+        if (!found) buf.fail(path(), "external_buffer " + std::to_string(tensor.external_buffer) + " not defined");
       }
       if (auto q = t.table(4, "quantization")) {
         tensor.quantization = read_quantization(*q);
-        if (tensor.quantization) check_quantization(buf, path, tensor);
+        if (tensor.quantization) check_quantization(buf, path(), tensor);
       }
     }
     auto indices = [&](const fb::Vector& v, std::vector<int32_t>& out) {

@@ -18,6 +18,7 @@ import struct
 import zlib
 from pathlib import Path
 
+import flatbuffers
 import pytest
 import tflite
 from google.protobuf import json_format
@@ -106,7 +107,10 @@ def reference_tflite(data: bytes) -> dict:
                          "zero_point": [int(x) for x in q.ZeroPointAsNumpy()] if q.ZeroPointLength() else [],
                          "quantized_dimension": q.QuantizedDimension()}
             storage, nbytes = buffers[T.Buffer()]
-            tensors.append({"index": t, "name": T.Name().decode(),
+            # Tensor field 10 (external_buffer) is newer than the tflite package: read the slot.
+            slot = T._tab.Offset(4 + 2 * 10)
+            external = T._tab.Get(flatbuffers.number_types.Uint32Flags, T._tab.Pos + slot) if slot else 0
+            tensors.append({"external_buffer": external, "index": t, "name": T.Name().decode(),
                             "shape": [int(x) for x in T.ShapeAsNumpy()] if T.ShapeLength() else [],
                             "type": TYPE_NAMES[T.Type()], "buffer": T.Buffer(), "storage": storage,
                             "bytes": nbytes, "quantization": quant})
@@ -133,8 +137,13 @@ def compare_tflite(ours: dict, data: bytes):
             assert og[key] == rg[key], key
         assert len(og["tensors"]) == len(rg["tensors"])
         for ot, rt in zip(og["tensors"], rg["tensors"]):
-            for key in ("index", "name", "shape", "type", "buffer", "storage", "bytes"):
+            for key in ("index", "name", "shape", "type", "buffer"):
                 assert ot[key] == rt[key], (rt["name"], key)
+            assert ot.get("external_buffer", 0) == rt["external_buffer"], rt["name"]
+            if rt["external_buffer"] and ot["storage"] == "external":  # resolved in the package
+                assert rt["storage"] == "none"
+            else:
+                assert (ot["storage"], ot["bytes"]) == (rt["storage"], rt["bytes"]), rt["name"]
             if rt["quantization"] is None:
                 assert ot["quantization"] is None, rt["name"]
             else:
@@ -297,9 +306,27 @@ def test_synthetic_quantized_tensors_and_offset_buffers(synthetic):
     assert t["decode_w_int8"]["quantization"]["zero_point"] == [-3]
     assert t["decode_emb"]["storage"] == "offset"
     assert ours["buffers"] == {"count": 5, "inline": 2, "offset": 2}
-    # The same model inside the package: offsets are relative to the section.
-    sec = inspect_json(pkg)["sections"][1]
-    assert sec["tflite"]["subgraphs"][0]["tensors"][1]["offset"] == w4["offset"]
+    assert ours["external_buffer_groups"] == ["tflite_weights"]
+    assert ours["external_buffers"] == [{"id": 1, "group": 0, "offset": 256, "length": 16, "packing": ""}]
+    assert t["decode_ext_w"]["external_buffer"] == 1
+    # The same model inside the package: offsets are relative to the section; the external
+    # tensor resolves into the TFLiteWeights section.
+    pj = inspect_json(pkg)
+    sec = pj["sections"][1]
+    tensors = {x["name"]: x for x in sec["tflite"]["subgraphs"][0]["tensors"]}
+    assert tensors["decode_w_int4"]["offset"] == w4["offset"]
+    ext = tensors["decode_ext_w"]
+    weights = pj["sections"][2]
+    assert weights["data_type"] == "TFLiteWeights"
+    assert (ext["storage"], ext["bytes"], ext["file_offset"]) == ("external", 16, weights["begin_offset"] + 256)
+    assert pkg.read_bytes()[ext["file_offset"]:ext["file_offset"] + 16] == bytes(range(16))
+
+
+def test_external_weights_past_the_section(tmp_path):
+    lora = (FIXTURES / "test_lm_lora.litertlm").read_bytes()
+    pkg = tmp_path / "bad_external.litertlm"
+    mk.make_package(str(tmp_path), lora[131072:131424], str(pkg), bad="external_past_end")
+    expect_error(pkg, "section 2 (TFLiteWeights)", "decode_ext_w", "runs past the section's end")
 
 
 @pytest.mark.parametrize("minor", range(2, 10))

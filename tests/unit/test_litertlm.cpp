@@ -263,7 +263,7 @@ TEST(LitertlmErrors, RandomCorruptionNeverCrashes) {
     std::vector<std::pair<size_t, size_t>> regions = {{0, size_t(header_end)}};
     for (const auto& s : clean.sections) regions.push_back({size_t(s.begin), size_t(s.end)});
     int errors = 0;
-    for (int iter = 0; iter < 90; ++iter) {
+    for (int iter = 0; iter < 40; ++iter) {
       auto bad = bytes;
       const auto [lo, hi] = regions[size_t(iter) % regions.size()];
       const int flips = 1 + int(rng() % 4);
