@@ -88,11 +88,12 @@ int tflite_type_bits(TfliteType type) {
 uint64_t TfliteModel::expected_bytes(const TfliteTensor& tensor) {
   const int bits = tflite_type_bits(tensor.type);
   if (bits == 0) return 0;
+  constexpr uint64_t kAbsurd = uint64_t(1) << 50;  // more elements than any file can hold
   uint64_t n = 1;
   for (int32_t d : tensor.shape) {
-    if (d < 0) return 0;
+    if (d < 0) return 0;  // dynamic: not checkable
+    if (d != 0 && n > kAbsurd / uint64_t(d)) return UINT64_MAX;  // can never match a buffer
     n *= uint64_t(d);
-    if (n > (uint64_t(1) << 50)) return 0;  // absurd: reported by the caller as a mismatch
   }
   return (n * uint64_t(bits) + 7) / 8;  // sub-byte types pack, the last byte padded
 }

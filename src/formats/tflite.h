@@ -118,7 +118,8 @@ class TfliteModel {
   // The bytes of a tensor's buffer inside this model (empty span for no data); tensors with
   // external buffers live in another section (see LitertlmFile::external_tensor_bytes).
   std::string_view tensor_bytes(const TfliteTensor& tensor) const;
-  // Bytes a tensor of this type and shape occupies (0 when not fixed-size).
+  // Bytes a tensor of this type and shape occupies: 0 when not fixed-size or dynamic (a -1
+  // dimension), UINT64_MAX for a shape too large to exist.
   static uint64_t expected_bytes(const TfliteTensor& tensor);
 
  private:

@@ -279,6 +279,24 @@ TEST(LitertlmErrors, RandomCorruptionNeverCrashes) {
   }
 }
 
+TEST(Tflite, ExpectedBytes) {
+  TfliteTensor t;
+  t.type = TfliteType::INT4;
+  t.shape = {3, 5};  // 15 nibbles, low nibble first: the last byte half used
+  EXPECT_EQ(TfliteModel::expected_bytes(t), 8u);
+  t.type = TfliteType::BFLOAT16;
+  EXPECT_EQ(TfliteModel::expected_bytes(t), 30u);
+  t.shape = {};  // a scalar
+  EXPECT_EQ(TfliteModel::expected_bytes(t), 2u);
+  t.shape = {-1, 4};
+  EXPECT_EQ(TfliteModel::expected_bytes(t), 0u);
+  t.shape = {INT32_MAX, INT32_MAX, INT32_MAX};
+  EXPECT_EQ(TfliteModel::expected_bytes(t), UINT64_MAX);
+  t.type = TfliteType::STRING;
+  t.shape = {4};
+  EXPECT_EQ(TfliteModel::expected_bytes(t), 0u);
+}
+
 TEST(LlmMetadataDecode, AllFieldsFromHandWrittenWire) {
   // start_token {token_ids {ids: 2}}, stop_tokens {token_str "<eos>"}, max_num_tokens 4096,
   // llm_model_type {gemma4 {}}, supports_thinking true, sampler_params {type TOP_P, k 64}.
