@@ -247,25 +247,36 @@ std::string LitertlmFile::hf_tokenizer_json(const Section& s) const {
                 " is impossible for " + std::to_string(compressed) + " compressed bytes");
   }
   if (compressed > 0xffffffffu) throw Error(where + ": " + std::to_string(compressed) + " compressed bytes, too many for a tokenizer");
-  std::string out(size_t(declared), '\0');
+  // Inflated in chunks, so a lying size header costs at most what the stream really holds.
+  std::string out;
+  out.reserve(size_t(std::min<uint64_t>(declared, uint64_t(16) << 20)));
   z_stream zs{};
   if (inflateInit(&zs) != Z_OK) throw Error(where + ": zlib initialization failed");
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data() + 8));
-  zs.avail_in = uInt(compressed);  // tokenizer sections are far below 4 GiB (checked above)
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = uInt(out.size());
-  const int rc = inflate(&zs, Z_FINISH);
-  const uint64_t produced = zs.total_out;
+  zs.avail_in = uInt(compressed);
+  std::vector<unsigned char> chunk(size_t(1) << 16);
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    zs.next_out = chunk.data();
+    zs.avail_out = uInt(chunk.size());
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) break;
+    out.append(reinterpret_cast<const char*>(chunk.data()), chunk.size() - zs.avail_out);
+    if (out.size() > declared) break;
+    if (rc == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {  // input exhausted mid-stream
+      rc = Z_BUF_ERROR;
+      break;
+    }
+  }
+  const std::string zmsg = zs.msg ? zs.msg : "truncated";
   const uint64_t consumed = zs.total_in;
   inflateEnd(&zs);
-  if (rc == Z_BUF_ERROR && zs.avail_out == 0) {
+  if (out.size() > declared) {
     throw Error(where + ": inflates to more than the declared " + std::to_string(declared) + " bytes");
   }
-  if (rc != Z_STREAM_END) {
-    throw Error(where + ": corrupt zlib stream (" + (zs.msg ? std::string(zs.msg) : "truncated") + ")");
-  }
-  if (produced != declared) {
-    throw Error(where + ": inflated " + std::to_string(produced) + " bytes, the header declares " +
+  if (rc != Z_STREAM_END) throw Error(where + ": corrupt zlib stream (" + zmsg + ")");
+  if (out.size() != declared) {
+    throw Error(where + ": inflated " + std::to_string(out.size()) + " bytes, the header declares " +
                 std::to_string(declared));
   }
   if (consumed != compressed) {

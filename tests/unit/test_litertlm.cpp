@@ -196,7 +196,11 @@ TEST(LitertlmErrors, PayloadDefects) {
   expect_error([&] { read_all(bad, "t.litertlm"); }, {"t.litertlm: section 0 (HF_Tokenizer_Zlib)"});
   bad = bytes;
   poke<uint64_t>(bad, 16384, 274);
-  expect_error([&] { read_all(bad, "t.litertlm"); }, {"section 0 (HF_Tokenizer_Zlib)", "274"});
+  expect_error([&] { read_all(bad, "t.litertlm"); }, {"section 0 (HF_Tokenizer_Zlib)", "inflated 273 bytes", "274"});
+  poke<uint64_t>(bad, 16384, 272);
+  expect_error([&] { read_all(bad, "t.litertlm"); }, {"more than the declared 272 bytes"});
+  poke<uint64_t>(bad, 16384, uint64_t(1) << 40);
+  expect_error([&] { read_all(bad, "t.litertlm"); }, {"declared uncompressed size", "impossible"});
 
   // A truncated LlmMetadata proto: the section ends one byte early.
   bytes = slurp("test_lm_lora.litertlm");
