@@ -8,6 +8,7 @@
 namespace {
 
 struct LogitsOptions {
+  bool allow_unverified = false;
   std::string model, tokens, out;
 };
 
@@ -17,9 +18,11 @@ LUMEN_COMMAND(60, [](CLI::App& app) {
   cmd->add_option("-m,--model", opts->model, "Model directory")->required();
   cmd->add_option("--tokens", opts->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", opts->out, "Output .npy file")->required();
+  cmd->add_flag("--allow-unverified", opts->allow_unverified,
+                "Run a model whose manifest marks it unsupported (known not to run correctly)");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const auto tokens = lumen::cli::parse_token_list(opts->tokens);
-    auto engine = lumen::runtime::Engine::load(opts->model);
+    auto engine = lumen::runtime::Engine::load(opts->model, opts->allow_unverified);
     const auto logits = engine->logits_all(tokens);
     lumen::formats::write_npy_f32(opts->out, logits.data(),
                                   {int64_t(tokens.size()), int64_t(engine->spec().vocab_size)});

@@ -18,6 +18,7 @@
 namespace {
 
 struct RunOptions {
+  bool allow_unverified = false;
   std::string model, tokens;
   std::optional<std::string> prompt, system;
   std::optional<int> n;
@@ -28,7 +29,7 @@ struct RunOptions {
 
 int run_tokens(const RunOptions& o) {
   const auto tokens = lumen::cli::parse_token_list(o.tokens);
-  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model));
+  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), o.allow_unverified);
   const auto ids = engine->generate_greedy(tokens, o.n.value_or(32));
   std::cout << lumen::cli::ids_to_json(ids) << std::endl;
   return 0;
@@ -42,7 +43,7 @@ int run_prompt(const RunOptions& o) {
   // Flags first: a typo costs no model load.
   runtime::GenerationRequest req;
   req.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = runtime::Engine::load(model_path);
+  auto engine = runtime::Engine::load(model_path, o.allow_unverified);
   const auto& tok = engine->require_tokenizer();
   req.max_tokens = o.n.value_or(256);
   for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));
@@ -92,6 +93,8 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_option("--stop", o->stops, "Stop when this text appears (repeatable; \\n and \\t understood); it is not printed");
   cmd->add_flag("--think", o->think, "Let the model think first (Gemma 4 thinking mode)");
   cmd->add_flag("-v,--verbose", o->verbose, "Print speed figures to stderr");
+  cmd->add_flag("--allow-unverified", o->allow_unverified,
+                "Run a model whose manifest marks it unsupported (known not to run correctly)");
   lumen::cli::add_sampling_flags(cmd, o->sampling);
   return std::pair{cmd, lumen::cli::Runner([o, cmd] {
     if (o->prompt && cmd->count("--tokens") > 0) throw lumen::Error("-p and --tokens: give one or the other");

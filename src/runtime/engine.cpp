@@ -10,13 +10,14 @@ namespace lumen::runtime {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
+std::unique_ptr<Engine> Engine::load(const std::string& model_path, bool allow_unverified) {
   std::error_code ec;
   if (!fs::is_directory(model_path, ec))
     throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
   std::unique_ptr<Engine> engine(new Engine());
   engine->path_ = model_path;
   spec::ModelSpec spec = spec::load_spec(model_path);
+  spec::require_supported(spec, allow_unverified);  // before any weight is touched
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(

@@ -19,8 +19,9 @@ namespace lumen::runtime {
 
 class Engine {
  public:
-  // Throws lumen::Error (one line naming the file, tensor or field) on any defect.
-  static std::unique_ptr<Engine> load(const std::string& model_path);
+  // Throws lumen::Error (one line naming the file, tensor or field) on any defect, and on a
+  // manifest whose `unsupported` block marks it known-bad unless `allow_unverified`.
+  static std::unique_ptr<Engine> load(const std::string& model_path, bool allow_unverified = false);
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }

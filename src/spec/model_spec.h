@@ -121,4 +121,10 @@ struct ExpectedTensor {
 };
 std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec);
 
+// The manifest's `unsupported` gate: a spec whose manifest declares the artifact known not to
+// run correctly is refused with one lumen::Error line that names the source and carries the
+// block's code, message and recommendation, unless `allow_unverified` (the user forces it).
+// A spec without the block passes.
+void require_supported(const ModelSpec& spec, bool allow_unverified);
+
 }  // namespace lumen::spec
