@@ -38,6 +38,9 @@ import numpy as np  # noqa: E402
 def _torch():
     import torch
 
+    # One thread: a 270M model gains little from more, and on a shared machine extra threads
+    # spin against each other (measured 5x slower with 2 threads under load).
+    torch.set_num_threads(1)
     return torch
 
 
