@@ -18,8 +18,8 @@ struct InspectOptions {
 LUMEN_COMMAND(50, [](CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand(
-      "inspect", "List a .litertlm package or .tflite model, or print the model spec of a model directory, config.json or manifest");
-  cmd->add_option("path", opts->path, ".litertlm, .tflite, model directory, config.json or doppler.execution/v1 manifest")->required();
+      "inspect", "List a .litertlm package or .tflite model, or print the model spec of a model directory, config.json, manifest or GGUF file");
+  cmd->add_option("path", opts->path, ".litertlm, .tflite, .gguf, model directory, config.json or doppler.execution/v1 manifest")->required();
   cmd->add_flag("--json", opts->json, "Print JSON instead of text");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     if (lumen::cli::inspect_litert_file(opts->path, opts->json)) return 0;
