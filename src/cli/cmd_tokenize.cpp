@@ -17,6 +17,7 @@
 #include "spec/model_spec.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -159,6 +160,7 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
       }
     } else {
       input = *file ? read_file(opts->file) : opts->text;
+      lumen::tokenizer::utf8::require_valid(input, *file ? (opts->file == "-" ? "stdin" : opts->file) : "input text");
     }
     const auto ids = encode(input);
     std::cout << lumen::cli::ids_to_json(ids) << std::endl;
