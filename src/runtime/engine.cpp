@@ -40,10 +40,10 @@ const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
   if (!tokenizer_looked_up_) {
     std::error_code ec;
-    if (fs::is_directory(path_, ec))
+    if (gguf_)
+      tokenizer_ = tokenizer::load_gguf_tokenizer(gguf_->tokenizer(), path_);  // tokenizer.ggml.* metadata
+    else if (fs::is_directory(path_, ec))
       tokenizer_ = tokenizer::find_tokenizer(path_);
-    else if (fs::path(path_).extension() == ".gguf")
-      tokenizer_ = tokenizer::load_tokenizer(path_);  // the file's tokenizer.ggml.* metadata
     else
       tokenizer_ = tokenizer::find_tokenizer(fs::path(path_).parent_path().string());
     tokenizer_looked_up_ = true;

@@ -200,7 +200,7 @@ class Tmux:
     def send(self, *keys):
         self.tmux("send-keys", "-t", self.name, *keys)
 
-    def wait_for(self, predicate, what: str, timeout: float = 30.0) -> str:
+    def wait_for(self, predicate, what: str, timeout: float = 90.0) -> str:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             s = self.screen()
