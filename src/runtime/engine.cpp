@@ -17,6 +17,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+    engine->path_ = model_path;
     return engine;
   }
   std::error_code ec;
@@ -31,7 +32,37 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+  engine->path_ = model_path;
   return engine;
+}
+
+const tokenizer::Tokenizer* Engine::tokenizer() const {
+  std::lock_guard lock(tokenizer_mutex_);
+  if (!tokenizer_looked_up_ && gguf_) {
+    // A GGUF file carries its tokenizer in its metadata (tokenizer.ggml.*).
+    if (gguf_->has("tokenizer.ggml.tokens")) tokenizer_ = tokenizer::load_gguf_tokenizer(gguf_->tokenizer(), path_);
+    tokenizer_looked_up_ = true;
+  }
+  if (!tokenizer_looked_up_) {
+    std::error_code ec;
+    const fs::path dir = fs::is_directory(path_, ec) ? fs::path(path_) : fs::path(path_).parent_path();
+    tokenizer_ = tokenizer::find_tokenizer(dir.string());
+    tokenizer_looked_up_ = true;
+  }
+  return tokenizer_.get();
+}
+
+void Engine::set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) {
+  std::lock_guard lock(tokenizer_mutex_);
+  tokenizer_ = std::move(tokenizer);
+  tokenizer_looked_up_ = true;
+}
+
+const tokenizer::Tokenizer& Engine::require_tokenizer() const {
+  if (!tokenizer())
+    throw Error(path_ + (gguf_ ? ": the GGUF file has no tokenizer (no tokenizer.ggml.* metadata)"
+                               : ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)"));
+  return *tokenizer_;
 }
 
 std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk) const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
 #include "spec/model_spec.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lumen::runtime {
 
@@ -27,6 +29,16 @@ class Engine {
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
+  // The model's tokenizer (tokenizer.json or tokenizer.model next to the weights), loaded on
+  // first use so that commands which need none never read it; nullptr when the model has
+  // none. Throws lumen::Error when the file is defective.
+  const tokenizer::Tokenizer* tokenizer() const;
+  // The tokenizer, or a lumen::Error naming the model when it has none.
+  const tokenizer::Tokenizer& require_tokenizer() const;
+  // Replaces the tokenizer (e.g. one given on the command line).
+  void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer);
+  // Where the model was loaded from.
+  const std::string& path() const { return path_; }
 
   // Logits [tokens.size(), vocab] for every position of one sequence, prefilled in chunks
   // of `chunk` rows (each chunk is one batched forward step).
@@ -42,6 +54,10 @@ class Engine {
   formats::SafetensorsCheckpoint checkpoint_;
   std::unique_ptr<formats::GgufFile> gguf_;  // owns the mapping the weights point into
   std::unique_ptr<model::GemmaModel> model_;
+  mutable std::mutex tokenizer_mutex_;
+  mutable bool tokenizer_looked_up_ = false;
+  mutable std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::string path_;
 };
 
 // Index of the largest value; the lowest index wins ties (as torch.argmax does).
