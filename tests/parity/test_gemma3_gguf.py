@@ -9,8 +9,8 @@ every position (measured ~1.3e-6), and greedy continuations must be identical.
 
 The model is installed by scripts/setup at models/gemma-3-270m-q4_k_m.gguf. Loading it in
 transformers takes most of the test's time (torch import and gguf-py dequantization), so the
-reference results are computed once and cached in LUMEN_WORK_DIR/golden, keyed by the model
-file, this file, the reference tool and the torch/transformers versions.
+reference results are computed once and cached in .cache/golden of the source tree, keyed by
+the model file, the test inputs, the reference tool and the torch/transformers versions.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TOOLS, _locked, describe, record, run_lumen, tokens_arg, work_dir
+from conftest import REPO, TOOLS, _locked, describe, record, run_lumen, tokens_arg
 
 import reference_gemma3_gguf as ref
 
@@ -97,7 +97,8 @@ def _cached(name: str, model_file: Path, inputs: str, compute) -> dict:
     h.update(inputs.encode())
     h.update((TOOLS / "reference_gemma3_gguf.py").read_bytes())
     h.update(f"{torch.__version__} {transformers.__version__}".encode())
-    path = work_dir() / "golden" / f"{name}-{h.hexdigest()[:16]}.npz"
+    # In the source tree's .cache (ignored by git), so the Release and sanitizer builds share it.
+    path = REPO / ".cache" / "golden" / f"{name}-{h.hexdigest()[:16]}.npz"
     with _locked(path.parent / f".{name}.lock"):
         if not path.exists():
             tmp = path.with_suffix(f".tmp{id(path)}.npz")
