@@ -18,6 +18,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, bool allow_u
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+    engine->path_ = model_path;
     return engine;
   }
   std::error_code ec;
@@ -38,6 +39,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, bool allow_u
 
 const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
+  if (!tokenizer_looked_up_ && gguf_) {
+    // A GGUF file carries its tokenizer in its metadata (tokenizer.ggml.*).
+    if (gguf_->has("tokenizer.ggml.tokens")) tokenizer_ = tokenizer::load_gguf_tokenizer(gguf_->tokenizer(), path_);
+    tokenizer_looked_up_ = true;
+  }
   if (!tokenizer_looked_up_) {
     std::error_code ec;
     if (gguf_)
@@ -59,7 +65,8 @@ void Engine::set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) {
 
 const tokenizer::Tokenizer& Engine::require_tokenizer() const {
   if (!tokenizer())
-    throw Error(path_ + ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)");
+    throw Error(path_ + (gguf_ ? ": the GGUF file has no tokenizer (no tokenizer.ggml.* metadata)"
+                               : ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)"));
   return *tokenizer_;
 }
 
