@@ -12,8 +12,9 @@
 
 namespace lumen::kernels {
 namespace {
-// About 50-100 microseconds of spinning before a worker sleeps.
-constexpr int kSpinIterations = 20000;
+// Tens of microseconds of spinning before a thread sleeps: matmuls of one decode step
+// follow each other closer than that; a longer spin only steals a shared core.
+constexpr int kSpinIterations = 4000;
 constexpr int64_t kPartsPerThread = 8;
 }  // namespace
 
@@ -23,40 +24,43 @@ ThreadPool::ThreadPool(int n_threads) {
 
 ThreadPool::~ThreadPool() {
   stopping_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  work_.store(uint64_t(++generation_) << 32);
+  work_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_parts() {
-  const auto& fn = *job_;
-  const int64_t n = job_n_, parts = job_parts_;
+void ThreadPool::run_parts(uint32_t generation) {
   for (;;) {
-    const int64_t i = next_part_.fetch_add(1);
+    uint64_t w = work_.load();
+    if (uint32_t(w >> 32) != generation) return;
+    const int64_t i = int64_t(w & 0xffffffffu), parts = job_parts_.load();
     if (i >= parts) return;
-    const int64_t begin = n * i / parts, end = n * (i + 1) / parts;
-    if (begin < end) fn(begin, end);
+    if (!work_.compare_exchange_weak(w, w + 1)) continue;
+    // The part is ours; the job cannot change until it is reported done.
+    const int64_t begin = job_n_ * i / parts, end = job_n_ * (i + 1) / parts;
+    if (begin < end) (*job_)(begin, end);
+    done_parts_.fetch_add(1);
+    if (caller_waiting_.load()) done_parts_.notify_all();
   }
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t gen;
     int spins = 0;
-    while ((gen = generation_.load()) == seen) {
+    uint64_t w;
+    while (uint32_t((w = work_.load()) >> 32) == seen) {
       if (++spins < kSpinIterations) {
         LUMEN_PAUSE();
         continue;
       }
       sleepers_.fetch_add(1);
-      generation_.wait(seen);  // returns at once if the generation already moved
+      work_.wait(w);  // returns at once if the word already moved
       sleepers_.fetch_sub(1);
     }
-    seen = gen;
     if (stopping_.load()) return;
-    run_parts();
-    finished_.fetch_add(1);
+    seen = uint32_t(w >> 32);
+    run_parts(seen);
   }
 }
 
@@ -65,16 +69,27 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     if (n > 0) fn(0, n);
     return;
   }
+  const int64_t parts = std::min<int64_t>(n, kPartsPerThread * size());
   job_ = &fn;
   job_n_ = n;
-  job_parts_ = std::min<int64_t>(n, kPartsPerThread * size());
-  next_part_.store(0);
-  finished_.store(0);
-  generation_.fetch_add(1);
-  if (sleepers_.load() > 0) generation_.notify_all();
-  run_parts();
-  const int workers = int(workers_.size());
-  while (finished_.load() != workers) LUMEN_PAUSE();
+  job_parts_.store(parts);
+  done_parts_.store(0);
+  const uint32_t generation = ++generation_;
+  work_.store(uint64_t(generation) << 32);
+  if (sleepers_.load() > 0) work_.notify_all();
+  run_parts(generation);
+  int spins = 0;
+  for (;;) {
+    const int64_t done = done_parts_.load();
+    if (done == parts) break;
+    if (++spins < kSpinIterations) {
+      LUMEN_PAUSE();
+      continue;
+    }
+    caller_waiting_.store(true);
+    done_parts_.wait(done);
+    caller_waiting_.store(false);
+  }
 }
 
 ThreadPool& ThreadPool::global() {

@@ -5,7 +5,9 @@
 // the workers spin for a short while (a new job usually follows within microseconds), then
 // sleep on a futex (std::atomic::wait) so an idle engine costs no CPU. The range is cut into
 // several parts per thread, claimed with an atomic counter, so a thread slowed down by
-// something else on the machine takes fewer parts and all threads finish together.
+// something else on the machine takes fewer parts and all threads finish together. The
+// caller waits for the parts to be done, not for the workers to wake: on a loaded machine a
+// descheduled worker costs nothing, the caller simply does its parts.
 #pragma once
 
 #include <atomic>
@@ -34,17 +36,20 @@ class ThreadPool {
 
  private:
   void worker_loop();
-  void run_parts();
+  void run_parts(uint32_t generation);
 
   std::vector<std::thread> workers_;
-  std::atomic<uint64_t> generation_{0};
+  // generation << 32 | index of the next unclaimed part. Claiming a part is a CAS on this
+  // word, so a worker that wakes late can never take a part of a newer job.
+  std::atomic<uint64_t> work_{0};
+  std::atomic<int64_t> done_parts_{0};
+  std::atomic<int64_t> job_parts_{0};
   std::atomic<int> sleepers_{0};
-  std::atomic<int> finished_{0};
-  std::atomic<int64_t> next_part_{0};
+  std::atomic<bool> caller_waiting_{false};
   std::atomic<bool> stopping_{false};
+  uint32_t generation_ = 0;  // the caller's count of jobs
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int64_t job_parts_ = 0;
 };
 
 }  // namespace lumen::kernels
