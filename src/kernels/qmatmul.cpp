@@ -131,20 +131,20 @@ void qmatmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float*
     quantize_activations(x, K, act, isa);
   }
 
-  // Tokens in blocks whose activations fit in L2 (256 KiB): each block reads the weights once.
-  int64_t token_block = std::max<int64_t>(2, (256 << 10) / int64_t(chunks * sizeof(ActChunk)));
-  token_block = std::min(T, token_block & ~int64_t(1));
+  // Weight-stationary blocking: a block of row groups (about 128 KiB, so it stays in L2) meets
+  // every token pair in turn; a pair's activations stay in L1 across the block. The weights
+  // are read from memory once per call, the activations (small) from cache once per block.
+  const int64_t block_groups = std::max<int64_t>(1, int64_t(128 << 10) / int64_t(group_bytes));
   const auto* base = static_cast<const std::byte*>(w.data);
   pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t t0 = 0; t0 < T; t0 += token_block) {
-      const int64_t t1 = std::min(T, t0 + token_block);
-      for (int64_t g = g0; g < g1; ++g) {
-        const std::byte* group = base + size_t(g) * group_bytes;
-        for (int64_t t = t0; t < t1; t += 2) {
-          const int nt = int(std::min<int64_t>(2, t1 - t));
-          const ActChunk* tile_acts[2] = {act + t * chunks, act + (t + nt - 1) * chunks};
+    for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
+      const int64_t b1 = std::min(g1, b0 + block_groups);
+      for (int64_t t = 0; t < T; t += 2) {
+        const int nt = int(std::min<int64_t>(2, T - t));
+        const ActChunk* tile_acts[2] = {act + t * chunks, act + (t + nt - 1) * chunks};
+        for (int64_t g = b0; g < b1; ++g) {
           float out[2][4];
-          tile(group, chunks, tile_acts, nt, out);
+          tile(base + size_t(g) * group_bytes, chunks, tile_acts, nt, out);
           for (int i = 0; i < nt; ++i)
             for (int r = 0; r < 4; ++r)
               if (g * 4 + r < N) y[(t + i) * N + g * 4 + r] = out[i][r];

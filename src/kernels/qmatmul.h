@@ -12,7 +12,7 @@
 // integer part (activation quantization is bit-identical on every ISA).
 //
 // One kernel serves decode (T = 1) and prefill (T > 1): tiles of 4 weight rows x 2 tokens,
-// tokens blocked so a block's activations stay in L2 while the weights stream.
+// row groups blocked so a block stays in L2 while every token pair passes over it.
 #pragma once
 
 #include <cstddef>

@@ -22,6 +22,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// CPU seconds the process has used (user + system, all threads).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 uint64_t peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -110,8 +117,10 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
     for (int i = 0; i < o.n_prompt; ++i) rows.push_back({0, i, i == 0 ? 2 : tok(rng), i + 1 == o.n_prompt});
     std::vector<float> logits;
     t0 = Clock::now();
+    const double c0 = cpu_seconds();
     engine->model().forward(rows, caches, logits);
     r.prefill_s = since(t0);
+    r.prefill_cpu_share = (cpu_seconds() - c0) / (r.prefill_s * r.threads);
     r.ttft_s = r.prefill_s;
     r.prefill_tps = o.n_prompt / r.prefill_s;
   }
@@ -123,11 +132,13 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
     model::BatchRow row{0, 0, 2, true};
     engine->model().forward(std::span(&row, 1), caches, logits);  // position 0: not timed
     t0 = Clock::now();
+    const double c0 = cpu_seconds();
     for (int i = 0; i < o.n_gen; ++i) {
       row = {0, i + 1, argmax(logits.data(), spec.vocab_size), true};
       engine->model().forward(std::span(&row, 1), caches, logits);
     }
     r.decode_s = since(t0);
+    r.decode_cpu_share = (cpu_seconds() - c0) / (r.decode_s * r.threads);
     r.decode_tps = o.n_gen / r.decode_s;
   }
   r.peak_rss = peak_rss_bytes();
@@ -146,10 +157,10 @@ nlohmann::json bench_to_json(const BenchResult& r) {
           {"load_s", r.load_s},
           {"prefill", {{"tokens", r.n_prompt}, {"seconds", r.prefill_s}, {"tokens_per_s", r.prefill_tps},
                        {"ttft_s", r.ttft_s}, {"int8_ops", r.prefill_int8_ops},
-                       {"fraction_of_int8_peak", r.prefill_int8_fraction}}},
+                       {"fraction_of_int8_peak", r.prefill_int8_fraction}, {"cpu_share", r.prefill_cpu_share}}},
           {"decode", {{"tokens", r.n_gen}, {"seconds", r.decode_s}, {"tokens_per_s", r.decode_tps},
                       {"bytes_per_token", r.decode_bytes_per_token}, {"roofline_tokens_per_s", r.decode_roofline_tps},
-                      {"fraction_of_bandwidth_roofline", r.decode_fraction}}},
+                      {"fraction_of_bandwidth_roofline", r.decode_fraction}, {"cpu_share", r.decode_cpu_share}}},
           {"weight_bytes", r.weight_bytes},
           {"peak_rss_bytes", r.peak_rss},
           {"machine", limits_to_json(r.limits)}};
@@ -164,10 +175,11 @@ std::string bench_to_text(const BenchResult& r) {
   s += fmt::format("weights      {:.3f} GB; a decode step reads {:.3f} GB\n", r.weight_bytes / 1e9,
                    r.decode_bytes_per_token / 1e9);
   s += fmt::format("load         {:.3f} s\n", r.load_s);
-  s += fmt::format("pp{:<9} {:.2f} tokens/s  (ttft {:.3f} s; {:.0f} GOPS = {:.1f}% of int8 peak)\n", r.n_prompt,
-                   r.prefill_tps, r.ttft_s, r.prefill_int8_ops / r.prefill_s / 1e9, 100 * r.prefill_int8_fraction);
-  s += fmt::format("tg{:<9} {:.2f} tokens/s  (roofline {:.2f} tokens/s: {:.1f}% of bandwidth)\n", r.n_gen, r.decode_tps,
-                   r.decode_roofline_tps, 100 * r.decode_fraction);
+  s += fmt::format("pp{:<9} {:.2f} tokens/s  (ttft {:.3f} s; {:.0f} GOPS = {:.1f}% of int8 peak; cpu share {:.0f}%)\n",
+                   r.n_prompt, r.prefill_tps, r.ttft_s, r.prefill_int8_ops / r.prefill_s / 1e9,
+                   100 * r.prefill_int8_fraction, 100 * r.prefill_cpu_share);
+  s += fmt::format("tg{:<9} {:.2f} tokens/s  (roofline {:.2f} tokens/s: {:.1f}% of bandwidth; cpu share {:.0f}%)\n",
+                   r.n_gen, r.decode_tps, r.decode_roofline_tps, 100 * r.decode_fraction, 100 * r.decode_cpu_share);
   s += fmt::format("peak RSS     {:.3f} GB\n", r.peak_rss / 1e9);
   return s;
 }

@@ -38,6 +38,9 @@ struct BenchResult {
   int n_prompt = 0, n_gen = 0;
   double prefill_s = 0, prefill_tps = 0, ttft_s = 0;
   double decode_s = 0, decode_tps = 0;
+  // CPU time the process got during the phase / (wall time x threads): below 1 when the
+  // machine is shared (other processes took the cores), so the speed is not the code's.
+  double prefill_cpu_share = 0, decode_cpu_share = 0;
   uint64_t peak_rss = 0;          // bytes
   uint64_t weight_bytes = 0;      // all matrices as stored
   uint64_t decode_bytes_per_token = 0;  // matrix bytes one decode step reads
