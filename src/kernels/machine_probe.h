@@ -14,7 +14,9 @@ namespace lumen::kernels {
 // Bytes per second, best of `repeats` passes over a `bytes` buffer.
 double measure_read_bandwidth(size_t bytes = size_t(1) << 30, int repeats = 3);
 // Int8 operations per second (a multiply-add counts 2), best of `repeats` timed runs.
-double measure_int8_peak(Isa isa, int repeats = 3);
+// per_core_cpu (optional): the same per CPU-second of one thread (thread CPU time), which
+// does not depend on how much of the machine other processes take.
+double measure_int8_peak(Isa isa, int repeats = 3, double* per_core_cpu = nullptr);
 
 namespace detail {
 // Each returns a value that depends on every byte / every product, so nothing is elided.

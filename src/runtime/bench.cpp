@@ -42,13 +42,14 @@ MachineLimits measure_machine_limits() {
   m.threads = kernels::ThreadPool::global().size();
   m.isa = kernels::isa_name(kernels::active_isa());
   m.read_bandwidth = kernels::measure_read_bandwidth();
-  m.int8_peak = kernels::measure_int8_peak(kernels::active_isa());
+  m.int8_peak = kernels::measure_int8_peak(kernels::active_isa(), 3, &m.int8_peak_per_core_cpu);
   m.source = "measured";
   return m;
 }
 
 nlohmann::json limits_to_json(const MachineLimits& m) {
   return {{"read_bandwidth_gbs", m.read_bandwidth / 1e9}, {"int8_peak_gops", m.int8_peak / 1e9},
+          {"int8_peak_gops_per_core_cpu_s", m.int8_peak_per_core_cpu / 1e9},
           {"threads", m.threads}, {"isa", m.isa}, {"source", m.source}};
 }
 
@@ -61,6 +62,7 @@ MachineLimits limits_from_json_file(const std::string& path) {
     MachineLimits m;
     m.read_bandwidth = j.at("read_bandwidth_gbs").get<double>() * 1e9;
     m.int8_peak = j.at("int8_peak_gops").get<double>() * 1e9;
+    m.int8_peak_per_core_cpu = j.value("int8_peak_gops_per_core_cpu_s", 0.0) * 1e9;
     m.threads = j.value("threads", 0);
     m.isa = j.value("isa", "");
     m.source = path;
@@ -120,7 +122,10 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
     const double c0 = cpu_seconds();
     engine->model().forward(rows, caches, logits);
     r.prefill_s = since(t0);
-    r.prefill_cpu_share = (cpu_seconds() - c0) / (r.prefill_s * r.threads);
+    const double cpu = cpu_seconds() - c0;
+    r.prefill_cpu_share = cpu / (r.prefill_s * r.threads);
+    if (limits.int8_peak_per_core_cpu > 0)
+      r.prefill_int8_fraction_of_cpu_time = r.prefill_int8_ops / cpu / limits.int8_peak_per_core_cpu;
     r.ttft_s = r.prefill_s;
     r.prefill_tps = o.n_prompt / r.prefill_s;
   }
@@ -157,7 +162,8 @@ nlohmann::json bench_to_json(const BenchResult& r) {
           {"load_s", r.load_s},
           {"prefill", {{"tokens", r.n_prompt}, {"seconds", r.prefill_s}, {"tokens_per_s", r.prefill_tps},
                        {"ttft_s", r.ttft_s}, {"int8_ops", r.prefill_int8_ops},
-                       {"fraction_of_int8_peak", r.prefill_int8_fraction}, {"cpu_share", r.prefill_cpu_share}}},
+                       {"fraction_of_int8_peak", r.prefill_int8_fraction}, {"cpu_share", r.prefill_cpu_share},
+                       {"fraction_of_int8_peak_per_cpu_s", r.prefill_int8_fraction_of_cpu_time}}},
           {"decode", {{"tokens", r.n_gen}, {"seconds", r.decode_s}, {"tokens_per_s", r.decode_tps},
                       {"bytes_per_token", r.decode_bytes_per_token}, {"roofline_tokens_per_s", r.decode_roofline_tps},
                       {"fraction_of_bandwidth_roofline", r.decode_fraction}, {"cpu_share", r.decode_cpu_share}}},
@@ -178,6 +184,8 @@ std::string bench_to_text(const BenchResult& r) {
   s += fmt::format("pp{:<9} {:.2f} tokens/s  (ttft {:.3f} s; {:.0f} GOPS = {:.1f}% of int8 peak; cpu share {:.0f}%)\n",
                    r.n_prompt, r.prefill_tps, r.ttft_s, r.prefill_int8_ops / r.prefill_s / 1e9,
                    100 * r.prefill_int8_fraction, 100 * r.prefill_cpu_share);
+  if (r.prefill_int8_fraction_of_cpu_time > 0)
+    s += fmt::format("             per CPU-second: {:.1f}% of one core's int8 peak\n", 100 * r.prefill_int8_fraction_of_cpu_time);
   s += fmt::format("tg{:<9} {:.2f} tokens/s  (roofline {:.2f} tokens/s: {:.1f}% of bandwidth; cpu share {:.0f}%)\n",
                    r.n_gen, r.decode_tps, r.decode_roofline_tps, 100 * r.decode_fraction, 100 * r.decode_cpu_share);
   s += fmt::format("peak RSS     {:.3f} GB\n", r.peak_rss / 1e9);

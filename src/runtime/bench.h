@@ -13,6 +13,7 @@ namespace lumen::runtime {
 struct MachineLimits {
   double read_bandwidth = 0;  // bytes/s, all threads
   double int8_peak = 0;       // int8 ops/s (multiply-add = 2), all threads, best ISA
+  double int8_peak_per_core_cpu = 0;  // int8 ops per CPU-second of one thread
   int threads = 0;
   std::string isa;
   std::string source;  // "measured" or the file it came from
@@ -48,6 +49,9 @@ struct BenchResult {
   MachineLimits limits;
   double decode_roofline_tps = 0, decode_fraction = 0;
   double prefill_int8_fraction = 0;
+  // Contention-independent efficiency: prefill int8 ops per CPU-second of the process over
+  // the per-core peak per CPU-second (time other processes took from us does not count).
+  double prefill_int8_fraction_of_cpu_time = 0;
 };
 
 BenchResult run_bench(const std::string& model_path, const BenchOptions& options, const MachineLimits& limits);
