@@ -152,4 +152,24 @@ ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& looku
   return w;
 }
 
+void repack_for_int8_kernels(ModelWeights& w) {
+  auto repack = [&](quant::WeightMatrix& m) {
+    quant::WeightFormat target;
+    if (m.format == quant::WeightFormat::Q4_0) target = quant::WeightFormat::Q4_0X4;
+    else if (m.format == quant::WeightFormat::Q8_0) target = quant::WeightFormat::Q8_0X4;
+    else return;
+    auto& buf = w.owned.emplace_back(quant::format_storage_bytes(target, m.rows, m.cols));
+    quant::convert_rows(m, target, 0, m.rows, buf.data());
+    m.format = target;
+    m.data = buf.data();
+  };
+  const bool tied = w.lm_head.data == w.embed_tokens.data;
+  for (auto& l : w.layers)
+    for (auto* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      if (m->data) repack(*m);
+  repack(w.embed_tokens);
+  if (tied) w.lm_head = w.embed_tokens;
+  else repack(w.lm_head);
+}
+
 }  // namespace lumen::model

@@ -43,4 +43,9 @@ ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& looku
                           const std::vector<std::string>& all_names, const std::string& source,
                           std::optional<quant::WeightFormat> requantize = std::nullopt);
 
+// Moves every ggml Q4_0 / Q8_0 matrix (e.g. from a GGUF file: Google's Q4_0 checkpoints) into
+// the int8 kernels' interleaved layout (Q4_0X4 / Q8_0X4), 1:1 without requantizing; the copies
+// live in `owned`. A tied output projection keeps sharing the embedding's copy.
+void repack_for_int8_kernels(ModelWeights& weights);
+
 }  // namespace lumen::model

@@ -12,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/qmatmul.h"
+#include "model/weights.h"
 #include "quant/ggml_blocks.h"
 #include "quant/int4.h"
 #include "quant/repack.h"
@@ -228,4 +229,27 @@ TEST(QuantKernels, MatmulDispatchUsesTheActiveIsaAndMatchesF32WithinQuantError) 
     }
   }
   kernels::set_isa(saved);
+}
+
+TEST(QuantFormats, RepackForInt8KernelsMovesGgmlBlocksAndKeepsTheTie) {
+  const int64_t rows = 6, cols = 64;
+  const auto f = randn(size_t(rows * cols), 31);
+  std::vector<uint8_t> q4(size_t(rows) * quant::ggml_row_bytes(quant::ggml_type::Q4_0, cols));
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    uint16_t d;
+    quant::quantize_block_q4_0(&f[size_t(b * 32)], &d, &q4[size_t(b * 18 + 2)]);
+    std::memcpy(&q4[size_t(b * 18)], &d, 2);
+  }
+  model::ModelWeights w;
+  w.embed_tokens = {quant::WeightFormat::Q4_0, rows, cols, q4.data()};
+  w.lm_head = w.embed_tokens;
+  model::repack_for_int8_kernels(w);
+  EXPECT_EQ(w.embed_tokens.format, quant::WeightFormat::Q4_0X4);
+  EXPECT_EQ(w.lm_head.data, w.embed_tokens.data);
+  std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::dequantize_row(w.embed_tokens, r, a.data());
+    quant::dequantize_ggml_row(quant::ggml_type::Q4_0, q4.data() + r * 18 * (cols / 32), cols, b.data());
+    EXPECT_EQ(a, b);
+  }
 }
