@@ -11,6 +11,7 @@
 #include "base/dtype.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/qmatmul.h"
 #include "model/weights.h"
 #include "quant/ggml_blocks.h"
@@ -252,4 +253,17 @@ TEST(QuantFormats, RepackForInt8KernelsMovesGgmlBlocksAndKeepsTheTie) {
     quant::dequantize_ggml_row(quant::ggml_type::Q4_0, q4.data() + r * 18 * (cols / 32), cols, b.data());
     EXPECT_EQ(a, b);
   }
+}
+
+TEST(Ops, GatedGeluSimdMatchesScalar) {
+  if (!kernels::cpu_supports(kernels::Isa::Avx2)) GTEST_SKIP();
+  std::vector<float> g, u;
+  for (int i = -4000; i <= 4000; ++i) g.push_back(float(i) * 0.005f);  // -20 .. 20
+  for (float v : {-100.0f, -60.0f, 60.0f, 100.0f, 0.0f, 1e-6f}) g.push_back(v);
+  g.push_back(3.0f);  // odd tail
+  for (size_t i = 0; i < g.size(); ++i) u.push_back(1.0f + 0.001f * float(i % 7));
+  std::vector<float> a(g.size()), b(g.size());
+  kernels::detail::gated_gelu_scalar(g.data(), u.data(), int64_t(g.size()), a.data());
+  kernels::detail::gated_gelu_avx2(g.data(), u.data(), int64_t(g.size()), b.data());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-6f * std::fabs(a[i]) + 1e-7f) << "g=" << g[i];
 }
