@@ -9,20 +9,24 @@ namespace {
 
 struct LogitsOptions {
   bool allow_unverified = false;
-  std::string model, tokens, out;
+  std::string model, tokens, out, quant;
 };
 
 LUMEN_COMMAND(60, [](CLI::App& app) {
   auto opts = std::make_shared<LogitsOptions>();
   auto* cmd = app.add_subcommand("logits", "Write float32 logits [T, V] of every position to a .npy file");
-  cmd->add_option("-m,--model", opts->model, "Model directory or .gguf file (default: the installed Gemma 3 270M)");
+  cmd->add_option("-m,--model", opts->model, "Model directory, .gguf or packed .lmp file (default: the installed Gemma 3 270M)");
   cmd->add_option("--tokens", opts->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", opts->out, "Output .npy file")->required();
+  cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
   cmd->add_flag("--allow-unverified", opts->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const auto tokens = lumen::cli::parse_token_list(opts->tokens);
-    auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(opts->model), opts->allow_unverified);
+    lumen::runtime::LoadOptions load;
+    load.quant = opts->quant;
+    load.allow_unverified = opts->allow_unverified;
+    auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(opts->model), load);
     const auto logits = engine->logits_all(tokens);
     lumen::formats::write_npy_f32(opts->out, logits.data(),
                                   {int64_t(tokens.size()), int64_t(engine->spec().vocab_size)});

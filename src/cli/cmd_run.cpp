@@ -29,7 +29,7 @@ struct RunOptions {
 
 int run_tokens(const RunOptions& o) {
   const auto tokens = lumen::cli::parse_token_list(o.tokens);
-  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), o.allow_unverified);
+  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), {.quant = "", .allow_unverified = o.allow_unverified});
   const auto ids = engine->generate_greedy(tokens, o.n.value_or(32));
   std::cout << lumen::cli::ids_to_json(ids) << std::endl;
   return 0;
@@ -43,7 +43,7 @@ int run_prompt(const RunOptions& o) {
   // Flags first: a typo costs no model load.
   runtime::GenerationRequest req;
   req.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = runtime::Engine::load(model_path, o.allow_unverified);
+  auto engine = runtime::Engine::load(model_path, {.quant = "", .allow_unverified = o.allow_unverified});
   const auto& tok = engine->require_tokenizer();
   req.max_tokens = o.n.value_or(256);
   for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));

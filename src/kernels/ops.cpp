@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu_features.h"
+#include "kernels/thread_pool.h"
+
 namespace lumen::kernels {
 
 void rms_norm(const float* x, int64_t n, const float* w, bool offset, float eps, float* out) {
@@ -40,8 +43,21 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-void gated_gelu(const float* gate, const float* up, int64_t n, float* out) {
+void detail::gated_gelu_scalar(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+void gated_gelu(const float* gate, const float* up, int64_t n, float* out) {
+  // A prefill's FFN activation is millions of elements: split it over the pool in pieces of
+  // at least 16K so decode-sized calls stay on one thread.
+  auto fn = active_isa() != Isa::Scalar ? detail::gated_gelu_avx2 : detail::gated_gelu_scalar;
+  constexpr int64_t kPiece = 16384;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  if (pieces <= 1) return fn(gate, up, n, out);
+  ThreadPool::global().parallel_for(pieces, [&](int64_t p0, int64_t p1) {
+    const int64_t b = p0 * kPiece, e = std::min(n, p1 * kPiece);
+    fn(gate + b, up + b, e - b, out + b);
+  });
 }
 
 void softcap(float* x, int64_t n, float cap) {

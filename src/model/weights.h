@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,16 @@ using TensorLookup = std::function<const formats::TensorView*(const std::string&
 // `all_names`: every tensor name of the source (to detect tensors the spec does not
 // expect). `source` names the checkpoint in errors. Throws lumen::Error with one line
 // naming the file and tensor on any mismatch.
+// `requantize`: convert every projection matrix and the embedding to this format at load
+// (quant/convert.h); norms and scalars stay f32 whatever it is.
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
-                          const std::vector<std::string>& all_names, const std::string& source);
+                          const std::vector<std::string>& all_names, const std::string& source,
+                          std::optional<quant::WeightFormat> requantize = std::nullopt);
+
+// Moves every ggml Q4_0 / Q8_0 matrix (e.g. from a GGUF file: Google's Q4_0 checkpoints) into
+// the int8 kernels' interleaved layout (Q4_0X4 / Q8_0X4), 1:1 without requantizing; the copies
+// live in `owned`. A tied output projection keeps sharing the embedding's copy.
+void repack_for_int8_kernels(ModelWeights& weights);
 
 // The same from a GGUF file (llama.cpp's tensor names: token_embd, blk.N.attn_q, ...).
 // Matrices stay in the file's ggml block format; norm gains are read into f32. Throws

@@ -5,15 +5,30 @@
 
 #include "base/error.h"
 #include "kv/contiguous_cache.h"
+#include "quant/convert.h"
 
 namespace lumen::runtime {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_path, bool allow_unverified) {
+std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOptions& options) {
+  std::optional<quant::WeightFormat> requantize;
+  if (!options.quant.empty()) requantize = quant::quant_target_from_name(options.quant, "--quant");
+  if (formats::is_packed_file(model_path)) {
+    std::unique_ptr<Engine> engine(new Engine());
+    engine->path_ = model_path;
+    engine->packed_ = formats::PackedFile::open(model_path);
+    const auto& packed = *engine->packed_;
+    spec::ModelSpec spec = spec::spec_from_hf_config(packed.config(), model_path);
+    model::ModelWeights weights = model::bind_weights(
+        spec, [&](const std::string& name) { return packed.find(name); }, packed.names(), model_path, requantize);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+    return engine;
+  }
   std::unique_ptr<Engine> engine(new Engine());
   engine->path_ = model_path;
   if (spec::is_gguf_file(model_path)) {
+    if (requantize) throw Error("--quant: converting a GGUF model's weights at load is not supported; it runs in its own formats");
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
@@ -28,11 +43,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, bool allow_u
     throw Error(model_path + ": not a model directory (expected config.json and *.safetensors) or .gguf file");
   }
   spec::ModelSpec spec = spec::load_spec(model_path);
-  spec::require_supported(spec, allow_unverified);  // before any weight is touched
+  spec::require_supported(spec, options.allow_unverified);  // before any weight is touched
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
-      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
+      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path, requantize);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
   return engine;
 }

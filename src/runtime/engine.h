@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "formats/packed.h"
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
 #include "spec/model_spec.h"
@@ -18,12 +19,20 @@
 
 namespace lumen::runtime {
 
+struct LoadOptions {
+  // "" keeps the stored formats; "q4", "q8", "bf16", "f32" converts the matrices at load
+  // (quant/convert.h). A packed file (`lumen convert`) is already converted.
+  std::string quant;
+  // Load a manifest whose `unsupported` block marks it known-bad (refused otherwise).
+  bool allow_unverified = false;
+};
+
 class Engine {
  public:
-  // `model_path`: a model directory (config.json + safetensors) or a .gguf file. Throws
-  // lumen::Error (one line naming the file, tensor or field) on any defect, and on a
-  // manifest whose `unsupported` block marks it known-bad unless `allow_unverified`.
-  static std::unique_ptr<Engine> load(const std::string& model_path, bool allow_unverified = false);
+  // `model_path`: a model directory (config.json + safetensors), a .gguf file or a packed
+  // .lmp file. Throws lumen::Error (one line naming the file, tensor or field) on any defect,
+  // and on a manifest whose `unsupported` block marks it known-bad unless allow_unverified.
+  static std::unique_ptr<Engine> load(const std::string& model_path, const LoadOptions& options = {});
 
   // The GGUF file the model was loaded from (its tokenizer metadata); nullptr otherwise.
   const formats::GgufFile* gguf() const { return gguf_.get(); }
@@ -55,6 +64,7 @@ class Engine {
   Engine() = default;
   formats::SafetensorsCheckpoint checkpoint_;
   std::unique_ptr<formats::GgufFile> gguf_;  // owns the mapping the weights point into
+  std::unique_ptr<formats::PackedFile> packed_;
   std::unique_ptr<model::GemmaModel> model_;
   mutable std::mutex tokenizer_mutex_;
   mutable bool tokenizer_looked_up_ = false;

@@ -1,0 +1,54 @@
+// lumen bench -m MODEL [-p 512] [-n 128] [--json]: prefill and decode speed, TTFT, load time
+// and peak RSS, as fractions of the machine's measured limits (memory read bandwidth for
+// decode, int8 peak for prefill). lumen bench --machine: only the limits; save them with
+// --json and pass them back with --limits FILE to skip measuring each time.
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "runtime/bench.h"
+
+namespace {
+
+struct BenchCliOptions {
+  std::string model, limits, quant;
+  int n_prompt = 512, n_gen = 128;
+  bool json = false, machine = false;
+};
+
+LUMEN_COMMAND(80, [](CLI::App& app) {
+  auto opts = std::make_shared<BenchCliOptions>();
+  auto* cmd = app.add_subcommand("bench", "Measure prefill/decode speed against the machine's limits");
+  cmd->add_option("-m,--model", opts->model, "Model directory or packed .lmp file");
+  cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
+  cmd->add_option("-n,--gen", opts->n_gen, "Tokens to decode (default 128)");
+  cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
+  cmd->add_option("--limits", opts->limits, "Machine limits from `lumen bench --machine --json` (else measured)");
+  cmd->add_flag("--machine", opts->machine, "Only measure the machine's bandwidth and int8 peak");
+  cmd->add_flag("--json", opts->json, "Print JSON");
+  return std::pair{cmd, lumen::cli::Runner([opts] {
+    using namespace lumen::runtime;
+    if (opts->machine) {
+      const MachineLimits m = measure_machine_limits();
+      if (opts->json) fmt::print("{}\n", limits_to_json(m).dump(2));
+      else
+        fmt::print("read bandwidth {:.1f} GB/s, int8 peak {:.0f} GOPS ({} x {} threads)\n", m.read_bandwidth / 1e9,
+                   m.int8_peak / 1e9, m.isa, m.threads);
+      return 0;
+    }
+    if (opts->model.empty()) throw lumen::Error("bench: -m MODEL is required (or --machine)");
+    const MachineLimits limits = opts->limits.empty() ? measure_machine_limits() : limits_from_json_file(opts->limits);
+    BenchOptions bo;
+    bo.n_prompt = opts->n_prompt;
+    bo.n_gen = opts->n_gen;
+    bo.quant = opts->quant;
+    const BenchResult r = run_bench(opts->model, bo, limits);
+    if (opts->json) fmt::print("{}\n", bench_to_json(r).dump(2));
+    else fmt::print("{}", bench_to_text(r));
+    return 0;
+  })};
+});
+
+}  // namespace
