@@ -61,6 +61,8 @@ void online_softmax_reset(const AttentionParams& p, OnlineSoftmaxState& s) {
 void online_softmax_tile(const AttentionParams& p, const float* const* q, const int32_t* qpos,
                          const float* k, const float* v, int64_t kv_stride, int32_t first_pos, int32_t count,
                          OnlineSoftmaxState& s) {
+  if (active_isa() == Isa::Avx2 && p.head_dim % 8 == 0)
+    return detail::online_softmax_tile_avx2(p, q, qpos, k, v, kv_stride, first_pos, count, s);
   thread_local std::vector<float> scores;
   if (scores.size() < size_t(count)) scores.resize(size_t(count));
   const int64_t hd = p.head_dim;

@@ -61,6 +61,10 @@ namespace detail {
 void scale_axpy_avx2(float c, float a, const float* x, int64_t n, float* y);
 void f16_to_f32_avx2(const uint16_t* src, int64_t n, float* dst);
 void f32_to_f16_avx2(const float* src, int64_t n, uint16_t* dst);
+// online_softmax_tile for head_dim a multiple of 8.
+void online_softmax_tile_avx2(const AttentionParams& p, const float* const* q, const int32_t* qpos, const float* k,
+                              const float* v, int64_t kv_stride, int32_t first_pos, int32_t count,
+                              OnlineSoftmaxState& s);
 }  // namespace detail
 
 }  // namespace lumen::kernels

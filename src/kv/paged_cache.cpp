@@ -10,7 +10,7 @@
 namespace lumen::kv {
 namespace {
 // Rows decoded per visit from a non-f32 page: a tile that stays in the L1/L2 cache.
-constexpr int32_t kTile = 64;
+constexpr int32_t kTile = 32;
 // Recycled page buffers kept for reuse at most.
 constexpr size_t kMaxFreeBuffers = 64;
 
