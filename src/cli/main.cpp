@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "lumen 0.1.0");
 
   std::string isa;
-  app.add_option("--isa", isa, "Force a kernel variant (scalar, avx2); default: the best the CPU has");
+  app.add_option("--isa", isa, "Force a kernel variant (scalar, avx2, avx512); default: the best the CPU has (also LUMEN_ISA)");
 
   auto commands = registered_commands();
   std::stable_sort(commands.begin(), commands.end(),
@@ -78,9 +78,12 @@ int main(int argc, char** argv) {
 
   try {
     if (!isa.empty()) {
-      if (isa == "scalar") lumen::kernels::set_isa(lumen::kernels::Isa::Scalar);
-      else if (isa == "avx2") lumen::kernels::set_isa(lumen::kernels::Isa::Avx2);
-      else throw lumen::Error("--isa: unknown kernel variant '" + isa + "' (scalar, avx2)");
+      lumen::kernels::Isa forced;
+      if (!lumen::kernels::parse_isa(isa.c_str(), forced))
+        throw lumen::Error("--isa: unknown kernel variant " + lumen::in_quotes(isa) + " (scalar, avx2, avx512)");
+      if (!lumen::kernels::cpu_supports(forced))
+        throw lumen::Error("--isa: this CPU does not support " + isa);
+      lumen::kernels::set_isa(forced);
     }
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();

@@ -18,6 +18,9 @@ struct TensorView {
   const std::byte* data = nullptr;  // valid while the owning reader lives
   size_t nbytes = 0;
   std::string file;  // path of the file that holds it, for error messages
+  // Non-empty for a tensor stored in a quantized layout (a quant::format_name(), e.g.
+  // "q4_0x4"): `shape` is then the logical shape and `dtype` is U8 (raw bytes).
+  std::string storage_format;
 
   int64_t numel() const {
     int64_t n = 1;

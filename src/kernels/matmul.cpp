@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/qmatmul.h"
 #include "kernels/thread_pool.h"
 
 namespace lumen::kernels {
@@ -24,7 +25,7 @@ float dot_f32_scalar(const float* a, const float* b, int64_t n) {
 }  // namespace detail
 
 float dot_f32(const float* a, const float* b, int64_t n) {
-  return active_isa() == Isa::Avx2 ? detail::dot_f32_avx2(a, b, n) : detail::dot_f32_scalar(a, b, n);
+  return active_isa() != Isa::Scalar ? detail::dot_f32_avx2(a, b, n) : detail::dot_f32_scalar(a, b, n);
 }
 
 namespace {
@@ -51,8 +52,9 @@ const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch,
 }  // namespace
 
 void matmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {
+  if (quant::is_interleaved(w.format)) return qmatmul(x, T, w, y);
   const int64_t K = w.cols, N = w.rows;
-  const bool avx2 = active_isa() == Isa::Avx2;
+  const bool avx2 = active_isa() != Isa::Scalar;
   auto dot = avx2 ? detail::dot_f32_avx2 : detail::dot_f32_scalar;
   ThreadPool::global().parallel_for(N, [&](int64_t r0, int64_t r1) {
     std::vector<float> scratch(static_cast<size_t>(K));

@@ -30,6 +30,7 @@ class GemmaModel {
   GemmaModel(spec::ModelSpec spec, ModelWeights weights);
 
   const spec::ModelSpec& spec() const { return spec_; }
+  const ModelWeights& weights() const { return weights_; }
 
   // Runs one step. `logits` is resized to [rows asking for logits, vocab], in batch order.
   // Throws lumen::Error for a token outside the vocabulary or a bad sequence index.

@@ -5,11 +5,19 @@
 #include <set>
 
 #include "base/error.h"
+#include "quant/convert.h"
 
 namespace lumen::model {
 namespace {
 
 quant::WeightFormat weight_format(const formats::TensorView& t) {
+  if (!t.storage_format.empty()) {
+    const int f = quant::weight_format_from_name(t.storage_format.c_str());
+    if (f < 0)
+      throw Error(t.file + ": tensor '" + t.name + "' has storage format " + in_quotes(t.storage_format) +
+                  ", which this lumen does not know");
+    return quant::WeightFormat(f);
+  }
   switch (t.dtype) {
     case DType::F32: return quant::WeightFormat::F32;
     case DType::F16: return quant::WeightFormat::F16;
@@ -22,8 +30,9 @@ quant::WeightFormat weight_format(const formats::TensorView& t) {
 
 class Binder {
  public:
-  Binder(const TensorLookup& lookup, std::string prefix, std::string source, ModelWeights& out)
-      : lookup_(lookup), prefix_(std::move(prefix)), source_(std::move(source)), out_(out) {}
+  Binder(const TensorLookup& lookup, std::string prefix, std::string source, ModelWeights& out,
+         std::optional<quant::WeightFormat> target)
+      : lookup_(lookup), prefix_(std::move(prefix)), source_(std::move(source)), out_(out), target_(target) {}
 
   const formats::TensorView& get(const std::string& short_name, const std::vector<int64_t>& shape,
                                  bool prefixed = true) {
@@ -47,6 +56,17 @@ class Binder {
     m.rows = rows;
     m.cols = cols;
     m.data = aligned_data(t);
+    if (m.storage_bytes() != t.nbytes)
+      throw Error(t.file + ": tensor '" + t.name + "' holds " + std::to_string(t.nbytes) + " bytes but " +
+                  quant::format_name(m.format) + " " + formats::shape_to_string(t.shape) + " needs " +
+                  std::to_string(m.storage_bytes()));
+    if (target_ && *target_ != m.format) {
+      // Quantize at load: the result lives in `owned` (vectors keep their buffers when moved).
+      auto& buf = out_.owned.emplace_back(quant::format_storage_bytes(*target_, rows, cols));
+      quant::convert_rows(m, *target_, 0, rows, buf.data());
+      m.format = *target_;
+      m.data = buf.data();
+    }
     return m;
   }
 
@@ -76,6 +96,7 @@ class Binder {
   std::string prefix_;
   std::string source_;
   ModelWeights& out_;
+  std::optional<quant::WeightFormat> target_;
   std::set<std::string> used_;
 };
 
@@ -88,10 +109,11 @@ std::string detect_prefix(const TensorLookup& lookup, const std::string& source)
 }  // namespace
 
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
-                          const std::vector<std::string>& all_names, const std::string& source) {
+                          const std::vector<std::string>& all_names, const std::string& source,
+                          std::optional<quant::WeightFormat> requantize) {
   ModelWeights w;
   w.name_prefix = detect_prefix(lookup, source);
-  Binder bind(lookup, w.name_prefix, source, w);
+  Binder bind(lookup, w.name_prefix, source, w, requantize);
   const int64_t H = spec.hidden_size;
 
   for (int l = 0; l < spec.num_layers(); ++l) {

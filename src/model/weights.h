@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,10 @@ using TensorLookup = std::function<const formats::TensorView*(const std::string&
 // `all_names`: every tensor name of the source (to detect tensors the spec does not
 // expect). `source` names the checkpoint in errors. Throws lumen::Error with one line
 // naming the file and tensor on any mismatch.
+// `requantize`: convert every projection matrix and the embedding to this format at load
+// (quant/convert.h); norms and scalars stay f32 whatever it is.
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
-                          const std::vector<std::string>& all_names, const std::string& source);
+                          const std::vector<std::string>& all_names, const std::string& source,
+                          std::optional<quant::WeightFormat> requantize = std::nullopt);
 
 }  // namespace lumen::model

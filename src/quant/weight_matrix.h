@@ -23,6 +23,10 @@ enum class WeightFormat : uint8_t {
   Q4_K,
   Q5_K,
   Q6_K,
+  // Lumen's interleaved layouts of Q4_0 / Q8_0 for the int8 kernels (quant/repack.h). Rows
+  // are not stored back to back: use storage_bytes(), dequantize_row().
+  Q4_0X4,
+  Q8_0X4,
 };
 
 // The ggml type id of a format (quant/ggml_blocks.h numbering), and back; nullopt-like -1
@@ -30,13 +34,21 @@ enum class WeightFormat : uint8_t {
 int ggml_type_of(WeightFormat format);
 int weight_format_from_ggml(int ggml_type);
 
+// Bytes of a whole [rows, cols] matrix in `format`.
+size_t format_storage_bytes(WeightFormat format, int64_t rows, int64_t cols);
+// True for the interleaved X4 layouts.
+bool is_interleaved(WeightFormat format);
+// Parses a format_name() back; -1 when unknown.
+int weight_format_from_name(const char* name);
+
 struct WeightMatrix {
   WeightFormat format = WeightFormat::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
 
-  size_t row_bytes() const;
+  size_t row_bytes() const;  // not meaningful for the X4 layouts (rows are interleaved)
+  size_t storage_bytes() const { return format_storage_bytes(format, rows, cols); }
 };
 
 size_t format_row_bytes(WeightFormat format, int64_t cols);

@@ -5,21 +5,34 @@
 
 #include "base/error.h"
 #include "kv/make_cache.h"
+#include "quant/convert.h"
 
 namespace lumen::runtime {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
+std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOptions& options) {
+  std::optional<quant::WeightFormat> requantize;
+  if (!options.quant.empty()) requantize = quant::quant_target_from_name(options.quant, "--quant");
   std::error_code ec;
+  if (formats::is_packed_file(model_path)) {
+    std::unique_ptr<Engine> engine(new Engine());
+    engine->packed_ = formats::PackedFile::open(model_path);
+    const auto& packed = *engine->packed_;
+    spec::ModelSpec spec = spec::spec_from_hf_config(packed.config(), model_path);
+    model::ModelWeights weights = model::bind_weights(
+        spec, [&](const std::string& name) { return packed.find(name); }, packed.names(), model_path, requantize);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+    return engine;
+  }
   if (!fs::is_directory(model_path, ec))
-    throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
+    throw Error(model_path + ": not a model directory (expected config.json and *.safetensors, or a packed .lmp file)");
   std::unique_ptr<Engine> engine(new Engine());
   spec::ModelSpec spec = spec::load_spec(model_path);
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
-      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
+      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path, requantize);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
   return engine;
 }

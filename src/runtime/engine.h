@@ -9,16 +9,24 @@
 #include <string>
 #include <vector>
 
+#include "formats/packed.h"
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
 #include "spec/model_spec.h"
 
 namespace lumen::runtime {
 
+struct LoadOptions {
+  // "" keeps the stored formats; "q4", "q8", "bf16", "f32" converts the matrices at load
+  // (quant/convert.h). A packed file (`lumen convert`) is already converted.
+  std::string quant;
+};
+
 class Engine {
  public:
+  // `model_path`: a model directory (config.json + safetensors) or a packed .lmp file.
   // Throws lumen::Error (one line naming the file, tensor or field) on any defect.
-  static std::unique_ptr<Engine> load(const std::string& model_path);
+  static std::unique_ptr<Engine> load(const std::string& model_path, const LoadOptions& options = {});
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
@@ -35,6 +43,7 @@ class Engine {
  private:
   Engine() = default;
   formats::SafetensorsCheckpoint checkpoint_;
+  std::unique_ptr<formats::PackedFile> packed_;
   std::unique_ptr<model::GemmaModel> model_;
 };
 

@@ -155,7 +155,7 @@ TEST(Matmul, ScalarAndAvx2AgreeForEveryFormat) {
         }
         ref[t * N + r] = float(s);
       }
-    for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2}) {
+    for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
       if (!kernels::cpu_supports(isa)) continue;
       kernels::set_isa(isa);
       std::vector<float> y(T * N);

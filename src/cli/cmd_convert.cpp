@@ -1,0 +1,257 @@
+// lumen convert IN OUT --quant q4|q8|bf16|f32: a safetensors checkpoint to a packed .lmp file.
+// lumen convert --synthetic CONFIG OUT --quant q4: a packed model of CONFIG's shapes with
+// seeded random weights, generated straight into the target layout (no bf16 copy ever).
+//
+// What stays at higher precision: norm gains (input/post-attention/pre-FFN/post-FFN, q/k
+// norms, the final norm) and layer scalars are always f32; every projection matrix and the
+// (tied) embedding take the --quant format, so the output projection reads the same
+// quantized embedding the lookup does.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "cli/command.h"
+#include "formats/packed.h"
+#include "formats/safetensors.h"
+#include "model/weights.h"
+#include "quant/convert.h"
+#include "quant/repack.h"
+#include "spec/model_spec.h"
+
+namespace {
+
+using namespace lumen;
+namespace fs = std::filesystem;
+
+struct ConvertOptions {
+  std::vector<std::string> paths;
+  std::string synthetic, quant = "q4";
+  uint64_t seed = 1;
+};
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open for reading");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    throw Error(path + ": not valid JSON");
+  }
+}
+
+// A terminal progress bar on stderr; silent when stderr is not a terminal.
+class Progress {
+ public:
+  explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2)) {}
+  void update(uint64_t done) {
+    if (!tty_ || total_ == 0) return;
+    const int pct = int(done * 100 / total_);
+    if (pct == last_) return;
+    last_ = pct;
+    const int width = 40, fill = pct * width / 100;
+    fmt::print(stderr, "\r[{}{}] {:3d}%  {:.2f} / {:.2f} GB", std::string(size_t(fill), '#'),
+               std::string(size_t(width - fill), ' '), pct, done / 1e9, total_ / 1e9);
+    std::fflush(stderr);
+  }
+  ~Progress() {
+    if (tty_ && last_ >= 0) fmt::print(stderr, "\n");
+  }
+
+ private:
+  uint64_t total_;
+  bool tty_;
+  int last_ = -1;
+};
+
+bool is_matrix(const spec::ExpectedTensor& t) { return t.shape.size() == 2; }
+
+std::string storage_name(quant::WeightFormat f) {
+  if (f == quant::WeightFormat::F32) return "F32";
+  if (f == quant::WeightFormat::BF16) return "BF16";
+  return quant::format_name(f);
+}
+
+std::vector<formats::PackedTensorEntry> table_for(const spec::ModelSpec& spec, const std::string& prefix,
+                                                  quant::WeightFormat target) {
+  std::vector<formats::PackedTensorEntry> entries;
+  for (const auto& t : spec::expected_tensors(spec)) {
+    const std::string name = t.name == "lm_head.weight" ? t.name : prefix + t.name;
+    if (is_matrix(t))
+      entries.push_back({name, storage_name(target), t.shape, quant::format_storage_bytes(target, t.shape[0], t.shape[1])});
+    else
+      entries.push_back({name, "F32", t.shape, size_t(t.shape[0]) * 4});
+  }
+  return entries;
+}
+
+// Rows per write: whole row groups, about 16 MiB of f32 work at a time.
+int64_t rows_per_step(int64_t cols) {
+  return std::max<int64_t>(4, (int64_t(16) << 20) / (cols * 4) / 4 * 4);
+}
+
+void convert_checkpoint(const ConvertOptions& o, const std::string& in, const std::string& out) {
+  const quant::WeightFormat target = quant::quant_target_from_name(o.quant, "--quant");
+  std::error_code ec;
+  if (!fs::is_directory(in, ec)) throw Error(in + ": not a model directory (expected config.json and *.safetensors)");
+  const nlohmann::json config = read_json((fs::path(in) / "config.json").string());
+  const spec::ModelSpec spec = spec::load_spec(in);
+  const auto ckpt = formats::SafetensorsCheckpoint::open(in);
+  // Binding checks every tensor (presence, dtype, shape, no strays) before anything is written.
+  const model::ModelWeights bound = model::bind_weights(
+      spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), in);
+  auto entries = table_for(spec, bound.name_prefix, target);
+  nlohmann::json header = {{"architecture", formats::kPackedArchitecture}, {"config", config},
+                           {"quant", o.quant}, {"source", fs::path(in).filename().string()}};
+  formats::PackedWriter writer(out, header, entries);
+  Progress progress(writer.total_bytes());
+  std::vector<std::byte> buf;
+  std::vector<float> vec;
+  for (const auto& e : entries) {
+    const formats::TensorView* t = ckpt.find(e.name);
+    if (e.shape.size() == 1) {
+      vec.resize(size_t(e.shape[0]));
+      const auto fmt = t->dtype == DType::F32 ? quant::WeightFormat::F32
+                       : t->dtype == DType::F16 ? quant::WeightFormat::F16 : quant::WeightFormat::BF16;
+      quant::to_f32(fmt, t->data, e.shape[0], vec.data());
+      writer.write(vec.data(), vec.size() * 4);
+      continue;
+    }
+    const quant::WeightFormat fmt = t->dtype == DType::F32 ? quant::WeightFormat::F32
+                                    : t->dtype == DType::F16 ? quant::WeightFormat::F16 : quant::WeightFormat::BF16;
+    // Mapped safetensors data is at least 2-byte aligned for 16-bit types; f32 rows are read
+    // through dequantize_row's memcpy, so alignment does not matter here.
+    const quant::WeightMatrix src{fmt, e.shape[0], e.shape[1], t->data};
+    const int64_t step = rows_per_step(src.cols);
+    for (int64_t r0 = 0; r0 < src.rows; r0 += step) {
+      const int64_t r1 = std::min(src.rows, r0 + step);
+      buf.resize(quant::converted_bytes(target, src.cols, r0, r1));
+      quant::convert_rows(src, target, r0, r1, buf.data());
+      writer.write(buf.data(), buf.size());
+      progress.update(writer.written_bytes());
+    }
+  }
+  writer.finish();
+  progress.update(writer.total_bytes());
+}
+
+// xorshift64*: fast, seeded, good enough for random weights.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1DULL;
+  }
+};
+
+void write_synthetic(const ConvertOptions& o, const std::string& config_path, const std::string& out) {
+  const quant::WeightFormat target = quant::quant_target_from_name(o.quant, "--quant");
+  const nlohmann::json config = read_json(config_path);
+  const spec::ModelSpec spec = spec::spec_from_hf_config(config, config_path);
+  const std::string prefix = "model.language_model.";
+  auto entries = table_for(spec, prefix, target);
+  nlohmann::json header = {{"architecture", formats::kPackedArchitecture}, {"config", config}, {"quant", o.quant},
+                           {"source", "synthetic:" + fs::path(config_path).filename().string()},
+                           {"seed", o.seed}};
+  formats::PackedWriter writer(out, header, entries);
+  Progress progress(writer.total_bytes());
+  Rng rng{o.seed * 0x9E3779B97F4A7C15ULL + 1};
+  std::vector<std::byte> buf;
+  std::vector<uint8_t> blocks;
+  std::vector<float> row;
+  for (const auto& e : entries) {
+    if (e.shape.size() == 1) {
+      std::vector<float> ones(size_t(e.shape[0]), 1.0f);  // norm gains and layer scalars: 1
+      writer.write(ones.data(), ones.size() * 4);
+      continue;
+    }
+    const int64_t rows = e.shape[0], cols = e.shape[1];
+    // Weights of standard deviation about 1/sqrt(cols), as an initializer would give.
+    const float target_std = 1.0f / std::sqrt(float(cols));
+    const int64_t step = rows_per_step(cols);
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const int64_t r1 = std::min(rows, r0 + step);
+      buf.resize(quant::converted_bytes(target, cols, r0, r1));
+      if (quant::is_interleaved(target)) {
+        // Random ggml blocks, packed: uniform codes with a per-block scale jittered +-25%.
+        const bool q4 = target == quant::WeightFormat::Q4_0X4;
+        const size_t bb = q4 ? 18 : 34;
+        const int64_t nb = (cols + 31) / 32;
+        const float code_std = q4 ? 4.61f : 73.6f;  // std of uniform codes -8..7 / -128..127
+        blocks.resize(size_t(4 * nb) * bb);
+        const size_t group_bytes = quant::format_storage_bytes(target, 4, cols);
+        for (int64_t g = r0; g < r1; g += 4) {
+          const uint8_t* ptrs[4] = {};
+          for (int i = 0; i < 4 && g + i < rows; ++i) {
+            uint8_t* rowb = blocks.data() + size_t(i * nb) * bb;
+            for (int64_t b = 0; b < nb; ++b) {
+              uint8_t* blk = rowb + size_t(b) * bb;
+              const uint64_t r = rng.next();
+              const float jitter = 0.75f + 0.5f * float(r >> 40) / float(1 << 24);
+              const uint16_t d = quant::f32_to_f16(target_std / code_std * jitter);
+              std::memcpy(blk, &d, 2);
+              for (size_t k = 2; k < bb; k += 8) {
+                const uint64_t v = rng.next();
+                std::memcpy(blk + k, &v, std::min<size_t>(8, bb - k));
+              }
+            }
+            ptrs[i] = rowb;
+          }
+          std::byte* dst = buf.data() + size_t((g - r0) / 4) * group_bytes;
+          if (q4) quant::pack_group_q4_0x4(ptrs, nb * 32, dst);
+          else quant::pack_group_q8_0x4(ptrs, nb * 32, dst);
+        }
+      } else {
+        row.resize(size_t(cols));
+        const size_t rb = quant::format_row_bytes(target, cols);
+        for (int64_t r = r0; r < r1; ++r) {
+          for (auto& v : row) v = (float(rng.next() >> 40) / float(1 << 24) - 0.5f) * 3.4641f * target_std;
+          const quant::WeightMatrix one{quant::WeightFormat::F32, 1, cols, row.data()};
+          quant::convert_rows(one, target, 0, 1, buf.data() + size_t(r - r0) * rb);
+        }
+      }
+      writer.write(buf.data(), buf.size());
+      progress.update(writer.written_bytes());
+    }
+  }
+  writer.finish();
+  progress.update(writer.total_bytes());
+}
+
+LUMEN_COMMAND(70, [](CLI::App& app) {
+  auto opts = std::make_shared<ConvertOptions>();
+  auto* cmd = app.add_subcommand("convert", "Convert a safetensors checkpoint to a packed .lmp model (or make a synthetic one)");
+  cmd->add_option("paths", opts->paths, "IN OUT (a model directory and the .lmp to write); with --synthetic only OUT")
+      ->required();
+  cmd->add_option("--quant", opts->quant, "Weight format of the matrices: q4, q8, bf16, f32 (default q4)");
+  cmd->add_option("--synthetic", opts->synthetic, "HF config.json: write random weights of its shapes instead");
+  cmd->add_option("--seed", opts->seed, "Seed of the synthetic weights (default 1)");
+  return std::pair{cmd, lumen::cli::Runner([opts] {
+    const auto start = std::chrono::steady_clock::now();
+    std::string out;
+    if (!opts->synthetic.empty()) {
+      if (opts->paths.size() != 1) throw Error("convert --synthetic CONFIG OUT: expected exactly one path (OUT)");
+      out = opts->paths[0];
+      write_synthetic(*opts, opts->synthetic, out);
+    } else {
+      if (opts->paths.size() != 2) throw Error("convert IN OUT: expected two paths");
+      out = opts->paths[1];
+      convert_checkpoint(*opts, opts->paths[0], out);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("wrote {} ({:.2f} GB, {}) in {:.1f} s\n", out, double(fs::file_size(out)) / 1e9, opts->quant, s);
+    return 0;
+  })};
+});
+
+}  // namespace
