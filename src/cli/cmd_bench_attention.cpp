@@ -1,7 +1,10 @@
 // lumen bench-attention PATH [--context 1024,8192,32768] [--prefill 4096] [--kv-dtype f16]
 // [--kv-cold off|f16|int8|int4]: times the attention part of the model alone (the KV cache
 // and the attention kernels over every layer, with random queries, keys and values of the
-// model's shapes), without weights: decode at each context and a chunked prefill. It
+// model's shapes), without weights: decode at each context and a chunked prefill. With
+// --model (a loaded model, e.g. a synthetic packed 12B), the whole forward step instead:
+// the cache is filled with random rows up to the context (what a prefill would leave, at
+// a fraction of its cost), then decode steps and prefill chunks run through the model. It
 // measures; it checks nothing.
 #include <chrono>
 #include <ctime>
@@ -17,6 +20,7 @@
 #include "kv/kv_config.h"
 #include "kv/paged_cache.h"
 #include "model/attention.h"
+#include "runtime/engine.h"
 #include "spec/model_spec.h"
 
 namespace {
@@ -31,6 +35,7 @@ struct BenchOptions {
   std::string kv_cold = "off";
   int hot_window = 1024;
   int page_size = 256;
+  bool model = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -104,6 +109,60 @@ double cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// Whole forward steps of a loaded model over a cache filled with random rows.
+int run_model(const BenchOptions& o, const lumen::runtime::Engine& engine, const lumen::kv::KvConfig& c,
+              const std::vector<int32_t>& contexts) {
+  const lumen::spec::ModelSpec& spec = engine.spec();
+  Bench bench(spec, c);
+  std::vector<float> logits;
+  std::printf("whole model (%d layers, %s, %d threads)\n", spec.num_layers(), lumen::kv::kv_config_to_text(c).c_str(),
+              lumen::kernels::ThreadPool::global().size());
+  auto step = [&](lumen::kv::PagedCache& cache, int32_t from, int32_t to, double& wall, double& cpu) {
+    std::vector<lumen::model::BatchRow> rows;
+    for (int32_t p = from; p < to; ++p) rows.push_back({0, p, int32_t(7 + p % 1000), p + 1 == to});
+    lumen::model::SequenceKv* caches[] = {&cache};
+    const auto t = Clock::now();
+    const double c0 = cpu_seconds();
+    engine.model().forward(rows, caches, logits);
+    cpu = cpu_seconds() - c0;
+    wall = seconds_since(t);
+  };
+  for (int32_t ctx : contexts) {
+    if (ctx < 1) throw lumen::Error("--context: contexts must be positive");
+    lumen::kv::PagedCache cache(spec, c, nullptr, int64_t(ctx) + 1);
+    bench.fill(cache, 0, ctx);
+    double wall = 0, cpu = 0, w, u;
+    step(cache, ctx, ctx + 1, w, u);  // warm-up (pages the weights in)
+    for (int r = 0; r < o.repeats; ++r) {
+      step(cache, ctx, ctx + 1, w, u);
+      wall += w;
+      cpu += u;
+    }
+    std::printf("decode  context %6d: wall %8.1f ms/token, %6.2f tokens/s; CPU %8.1f ms/token\n", ctx,
+                1e3 * wall / o.repeats, o.repeats / wall, 1e3 * cpu / o.repeats);
+  }
+  if (o.prefill > 0) {
+    // The first and the last chunk of the prompt; attention grows linearly over the chunks
+    // between, the rest of a chunk's cost is constant, so their mean times the number of
+    // chunks is the prompt's prefill time.
+    const int32_t chunk = std::min(o.chunk, o.prefill);
+    double wall[2], cpu[2];
+    const int32_t offsets[2] = {0, o.prefill - chunk};
+    for (int i = 0; i < 2; ++i) {
+      lumen::kv::PagedCache cache(spec, c, nullptr, o.prefill);
+      bench.fill(cache, 0, offsets[i]);
+      step(cache, offsets[i], offsets[i] + chunk, wall[i], cpu[i]);
+    }
+    const double chunks = double(o.prefill) / chunk;
+    const double total_wall = chunks * (wall[0] + wall[1]) / 2, total_cpu = chunks * (cpu[0] + cpu[1]) / 2;
+    std::printf("prefill chunk of %d at offset 0: wall %.2f s (CPU %.2f s); at offset %d: wall %.2f s (CPU %.2f s)\n",
+                chunk, wall[0], cpu[0], offsets[1], wall[1], cpu[1]);
+    std::printf("prefill %d tokens (from those two chunks): wall %.1f s, %.2f tokens/s; CPU %.1f s\n", o.prefill,
+                total_wall, o.prefill / total_wall, total_cpu);
+  }
+  return 0;
+}
+
 LUMEN_COMMAND(95, [](CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench-attention", "Time the KV cache and attention alone (random data, model shapes)");
@@ -116,8 +175,11 @@ LUMEN_COMMAND(95, [](CLI::App& app) {
   cmd->add_option("--kv-cold", o->kv_cold, "Cold tier of full layers: off, f32, f16, bf16, int8, int4");
   cmd->add_option("--hot-window", o->hot_window, "Hot positions of full layers when tiered");
   cmd->add_option("--page-size", o->page_size, "Positions per page");
+  cmd->add_flag("--model", o->model, "PATH is a model to load: time whole forward steps, not attention alone");
   return std::pair{cmd, lumen::cli::Runner([o] {
-    const lumen::spec::ModelSpec spec = lumen::spec::load_spec(o->path);
+    std::unique_ptr<lumen::runtime::Engine> engine;
+    if (o->model) engine = lumen::runtime::Engine::load(o->path);
+    const lumen::spec::ModelSpec spec = engine ? engine->spec() : lumen::spec::load_spec(o->path);
     lumen::kv::KvConfig c;
     auto dt = lumen::kv::kv_elem_from_name(o->kv_dtype);
     if (!dt) throw lumen::Error("--kv-dtype: expected f32, f16 or bf16, got '" + o->kv_dtype + "'");
@@ -134,6 +196,7 @@ LUMEN_COMMAND(95, [](CLI::App& app) {
     const std::vector<int32_t> contexts = lumen::cli::parse_token_list(o->contexts, "--context");
     Bench bench(spec, c);
     std::vector<float> q, out;
+    if (engine) return run_model(*o, *engine, c, contexts);
     std::cout << "attention only (" << spec.num_layers() << " layers, " << lumen::kv::kv_config_to_text(c) << ", "
               << lumen::kernels::ThreadPool::global().size() << " threads)\n";
     for (int32_t ctx : contexts) {

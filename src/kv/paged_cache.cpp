@@ -127,6 +127,13 @@ PagedCache::Page& PagedCache::writable_page(Layer& L, size_t index) {
 
 void PagedCache::rewind(Layer& L, int32_t pos) {
   const int64_t ps = config_.page_size;
+  if (pos == 0) {  // starting over needs nothing held
+    L.pages.clear();
+    L.first_page = 0;
+    L.cold_count = 0;
+    L.length = 0;
+    return;
+  }
   if (L.window > 0) {
     const int64_t need = std::max<int64_t>(0, int64_t(pos) - L.window + 1);
     if (need < int64_t(L.first_page) * ps)

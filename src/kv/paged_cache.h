@@ -56,7 +56,7 @@ class PagedCache final : public model::SequenceKv {
 
   // Largest n <= want at which a fork can resume: every layer holds n positions and every
   // sliding layer still holds the window before n. 0 when none.
-  int32_t resumable_length(int32_t want) const;
+  int32_t resumable_length(int32_t want) const override;
   // A cache holding this one's first `n` positions, sharing its pages (the first write to
   // a shared page copies it). Throws if resumable_length(n) != n.
   std::unique_ptr<PagedCache> fork(int32_t n) const;

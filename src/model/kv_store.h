@@ -40,6 +40,10 @@ class SequenceKv {
   virtual void release_before(int /*layer*/, int32_t /*pos*/) {}
   // Number of positions held for layer 0 (the next position to store).
   virtual int32_t length() const = 0;
+  // Largest n <= want at which the sequence can continue (store at n, rewinding if n <
+  // length()): a cache that dropped positions (a sliding layer's ring) may not be able to
+  // go back far. 0 (start over) always works. A session reusing a common prefix asks this.
+  virtual int32_t resumable_length(int32_t want) const { return want < length() ? (want > 0 ? want : 0) : length(); }
 };
 
 }  // namespace lumen::model

@@ -219,16 +219,23 @@ TEST(PagedCache, RewindRecomputesAndRefusesWhatTheRingDropped) {
   b.push_back(5);
   kv::PagedCache cache(tiny().spec, paged(2));
   run(cache, a, 4);
+  EXPECT_EQ(cache.resumable_length(29), 29);  // the rings hold 24.. : enough for a query at 29
   const auto rewound = run(cache, b, 4, 29);  // rewrites position 29, then continues
   kv::ContiguousCache fresh(tiny().spec);
   const auto ref = run(fresh, b, 1);
   EXPECT_LT(max_abs_diff(rewound, std::vector<float>(ref.end() - int64_t(rewound.size()), ref.end())), 1e-4);
+  EXPECT_EQ(cache.resumable_length(40), 31);
+  EXPECT_EQ(cache.resumable_length(10), 0);  // the rings no longer hold 5..9
   try {
     run(cache, b, 4, 10);
     FAIL() << "expected a rewind error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no longer holds"), std::string::npos) << e.what();
   }
+  // Starting over always works and gives the fresh result.
+  kv::PagedCache again(tiny().spec, paged(2));
+  run(again, a, 4);
+  EXPECT_LT(max_abs_diff(run(again, b, 3, 0), ref), 1e-4);
 }
 
 TEST(TieredCache, ColdTiersMatchOrStayCloseToTheF32Cache) {
