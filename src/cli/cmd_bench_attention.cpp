@@ -140,6 +140,7 @@ int run_model(const BenchOptions& o, const lumen::runtime::Engine& engine, const
     }
     std::printf("decode  context %6d: wall %8.1f ms/token, %6.2f tokens/s; CPU %8.1f ms/token\n", ctx,
                 1e3 * wall / o.repeats, o.repeats / wall, 1e3 * cpu / o.repeats);
+    std::fflush(stdout);
   }
   if (o.prefill > 0) {
     // The first and the last chunk of the prompt; attention grows linearly over the chunks
@@ -157,6 +158,7 @@ int run_model(const BenchOptions& o, const lumen::runtime::Engine& engine, const
     const double total_wall = chunks * (wall[0] + wall[1]) / 2, total_cpu = chunks * (cpu[0] + cpu[1]) / 2;
     std::printf("prefill chunk of %d at offset 0: wall %.2f s (CPU %.2f s); at offset %d: wall %.2f s (CPU %.2f s)\n",
                 chunk, wall[0], cpu[0], offsets[1], wall[1], cpu[1]);
+    std::fflush(stdout);
     std::printf("prefill %d tokens (from those two chunks): wall %.1f s, %.2f tokens/s; CPU %.1f s\n", o.prefill,
                 total_wall, o.prefill / total_wall, total_cpu);
   }
@@ -221,6 +223,7 @@ LUMEN_COMMAND(95, [](CLI::App& app) {
                   "(%.1f tokens/s per core); cache %.1f MiB (filled in %.1f s)\n",
                   ctx, 1e3 * total / o->repeats, 1e3 * best, o->repeats / total, 1e3 * cpu, 1.0 / cpu,
                   double(cache.bytes()) / (1 << 20), fill_s);
+      std::fflush(stdout);
     }
     if (o->prefill > 0) {
       lumen::kv::PagedCache cache(spec, c, nullptr, o->prefill);

@@ -13,10 +13,12 @@
 namespace lumen::kernels {
 namespace {
 
+// The AVX2 versions serve the AVX-512 level too (it includes everything they need).
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void scale_axpy(float c, float a, const float* x, int64_t n, float* y) {
-  if (active_isa() == Isa::Avx2) return detail::scale_axpy_avx2(c, a, x, n, y);
+  if (active_isa() != Isa::Scalar) return detail::scale_axpy_avx2(c, a, x, n, y);
   if (c == 1.0f) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
   } else {
@@ -61,7 +63,7 @@ void online_softmax_reset(const AttentionParams& p, OnlineSoftmaxState& s) {
 void online_softmax_tile(const AttentionParams& p, const float* const* q, const int32_t* qpos,
                          const float* k, const float* v, int64_t kv_stride, int32_t first_pos, int32_t count,
                          OnlineSoftmaxState& s) {
-  if (active_isa() == Isa::Avx2 && p.head_dim % 8 == 0)
+  if (active_isa() != Isa::Scalar && p.head_dim % 8 == 0)
     return detail::online_softmax_tile_avx2(p, q, qpos, k, v, kv_stride, first_pos, count, s);
   thread_local std::vector<float> scores;
   if (scores.size() < size_t(count)) scores.resize(size_t(count));
@@ -152,12 +154,12 @@ void attention_naive(const AttentionParams& p, const float* q, int32_t qpos, con
 }
 
 void f16_to_f32_row(const uint16_t* src, int64_t n, float* dst) {
-  if (active_isa() == Isa::Avx2) return detail::f16_to_f32_avx2(src, n, dst);
+  if (active_isa() != Isa::Scalar) return detail::f16_to_f32_avx2(src, n, dst);
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
 void f32_to_f16_row(const float* src, int64_t n, uint16_t* dst) {
-  if (active_isa() == Isa::Avx2) return detail::f32_to_f16_avx2(src, n, dst);
+  if (active_isa() != Isa::Scalar) return detail::f32_to_f16_avx2(src, n, dst);
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16_scalar(src[i]);
 }
 

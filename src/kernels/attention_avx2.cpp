@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -75,78 +76,128 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
-  }
-  for (; i < n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-}
-
-// acc[0..8*NB) = acc * c + sum_j w[j] * v[j][0..8*NB), accumulators held in registers.
-template <int NB>
-inline void weighted_rows(float c, const float* w, int32_t count, const float* v, int64_t stride, float* acc) {
-  __m256 a[NB];
-  const __m256 vc = _mm256_set1_ps(c);
-  for (int b = 0; b < NB; ++b) a[b] = _mm256_mul_ps(vc, _mm256_loadu_ps(acc + 8 * b));
-  for (int32_t j = 0; j < count; ++j) {
-    const __m256 wj = _mm256_set1_ps(w[j]);
-    const float* row = v + int64_t(j) * stride;
-    for (int b = 0; b < NB; ++b) a[b] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(row + 8 * b), a[b]);
-  }
-  for (int b = 0; b < NB; ++b) _mm256_storeu_ps(acc + 8 * b, a[b]);
-}
-
 }  // namespace
 
+// Queries are taken four at a time (the heads of a GQA group and neighbouring rows share
+// their keys): scores come from a 4-query x 3-key register block, so each key vector loaded
+// serves four queries, and the weighted sum of values from a 4-query x 16-dimension block,
+// so each value vector loaded serves four too. A query's visible keys are one interval
+// [a, b] of the tile; outside it its weights are exactly 0.
 void online_softmax_tile_avx2(const AttentionParams& p, const float* const* q, const int32_t* qpos, const float* k,
                               const float* v, int64_t kv_stride, int32_t first_pos, int32_t count,
                               OnlineSoftmaxState& s) {
-  thread_local std::vector<float> scores;
-  if (scores.size() < size_t(count) + 8) scores.resize(size_t(count) + 8);
+  constexpr int QB = 4, KB = 3;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  thread_local std::vector<float> weights;
+  if (weights.size() < size_t(QB) * (size_t(count) + 8)) weights.resize(size_t(QB) * (size_t(count) + 8));
   const int64_t hd = p.head_dim;
   const int32_t last_pos = first_pos + count - 1;
-  for (int i = 0; i < s.n; ++i) {
-    const int32_t lo = std::max(attention_first_visible(p, qpos[i]), first_pos);
-    const int32_t hi = std::min(qpos[i], last_pos);
+  for (int i0 = 0; i0 < s.n; i0 += QB) {
+    const int nq = std::min(QB, s.n - i0);
+    int32_t a[QB], b[QB];  // visible key positions of each query within this tile
+    int32_t lo = INT32_MAX, hi = INT32_MIN;
+    for (int i = 0; i < nq; ++i) {
+      a[i] = std::max(attention_first_visible(p, qpos[i0 + i]), first_pos);
+      b[i] = std::min(qpos[i0 + i], last_pos);
+      if (a[i] <= b[i]) {
+        lo = std::min(lo, a[i]);
+        hi = std::max(hi, b[i]);
+      }
+    }
     if (lo > hi) continue;
     const int32_t n = hi - lo + 1;
+    const int64_t ld = n + 8;  // row stride of the weights block
     const float* kr = k + int64_t(lo - first_pos) * kv_stride;
-    float* sc = scores.data();
-    float tile_max = -std::numeric_limits<float>::infinity();
-    for (int32_t j = 0; j < n; ++j) {
-      float x = dot(q[i], kr + int64_t(j) * kv_stride, hd) * p.scale;
-      if (p.softcap > 0.0f) x = p.softcap * std::tanh(x / p.softcap);
-      sc[j] = x;
-      tile_max = std::max(tile_max, x);
-    }
-    const float new_max = std::max(s.max[i], tile_max);
-    const float correction = s.max[i] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(s.max[i] - new_max);
-    const __m256 vm = _mm256_set1_ps(new_max);
-    __m256 vsum = _mm256_setzero_ps();
-    int32_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vm));
-      _mm256_storeu_ps(sc + j, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = hsum(vsum);
-    for (; j < n; ++j) {
-      sc[j] = std::exp(sc[j] - new_max);
-      sum += sc[j];
-    }
-    s.sum[i] = s.sum[i] * correction + sum;
-    s.max[i] = new_max;
-    float* acc = s.acc + int64_t(i) * hd;
     const float* vr = v + int64_t(lo - first_pos) * kv_stride;
-    int64_t d = 0;
-    for (; d + 64 <= hd; d += 64) weighted_rows<8>(correction, sc, n, vr + d, kv_stride, acc + d);
-    for (; d < hd; d += 8) weighted_rows<1>(correction, sc, n, vr + d, kv_stride, acc + d);
+    const float* qv[QB];
+    for (int i = 0; i < QB; ++i) qv[i] = q[i0 + std::min(i, nq - 1)];
+    float* w = weights.data();
+    // Scores, 4 queries x 3 keys per block (edge blocks repeat the last row; harmless).
+    for (int32_t j0 = 0; j0 < n; j0 += KB) {
+      const float* kj[KB];
+      for (int t = 0; t < KB; ++t) kj[t] = kr + int64_t(std::min(j0 + t, n - 1)) * kv_stride;
+      __m256 acc[QB][KB];
+      for (int i = 0; i < QB; ++i)
+        for (int t = 0; t < KB; ++t) acc[i][t] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) {
+        const __m256 k0 = _mm256_loadu_ps(kj[0] + d), k1 = _mm256_loadu_ps(kj[1] + d), k2 = _mm256_loadu_ps(kj[2] + d);
+        for (int i = 0; i < QB; ++i) {
+          const __m256 x = _mm256_loadu_ps(qv[i] + d);
+          acc[i][0] = _mm256_fmadd_ps(x, k0, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(x, k1, acc[i][1]);
+          acc[i][2] = _mm256_fmadd_ps(x, k2, acc[i][2]);
+        }
+      }
+      const int kb = std::min(KB, n - j0);
+      for (int i = 0; i < nq; ++i)
+        for (int t = 0; t < kb; ++t) w[i * ld + j0 + t] = hsum(acc[i][t]);
+    }
+    // Per query: mask, scale, cap, running max and sum, weights.
+    float correction[QB];
+    for (int i = 0; i < QB; ++i) correction[i] = 1.0f;
+    for (int i = 0; i < nq; ++i) {
+      float* wi = w + i * ld;
+      const int32_t ja = a[i] - lo, jb = b[i] - lo;
+      if (ja > jb) {  // this query sees nothing here
+        std::fill(wi, wi + n, 0.0f);
+        continue;
+      }
+      float tile_max = kNegInf;
+      for (int32_t j = ja; j <= jb; ++j) {
+        float x = wi[j] * p.scale;
+        if (p.softcap > 0.0f) x = p.softcap * std::tanh(x / p.softcap);
+        wi[j] = x;
+        tile_max = std::max(tile_max, x);
+      }
+      float& m = s.max[i0 + i];
+      const float new_max = std::max(m, tile_max);
+      correction[i] = m == kNegInf ? 0.0f : std::exp(m - new_max);
+      const __m256 vm = _mm256_set1_ps(new_max);
+      __m256 vsum = _mm256_setzero_ps();
+      int32_t j = ja;
+      for (; j + 8 <= jb + 1; j += 8) {
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(wi + j), vm));
+        _mm256_storeu_ps(wi + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+      }
+      float sum = hsum(vsum);
+      for (; j <= jb; ++j) {
+        wi[j] = std::exp(wi[j] - new_max);
+        sum += wi[j];
+      }
+      std::fill(wi, wi + ja, 0.0f);
+      std::fill(wi + jb + 1, wi + n, 0.0f);
+      s.sum[i0 + i] = s.sum[i0 + i] * correction[i] + sum;
+      m = new_max;
+    }
+    // Weighted values, 4 queries x 16 dimensions per block.
+    for (int i = nq; i < QB; ++i) std::fill(w + i * ld, w + i * ld + n, 0.0f);
+    float dummy[16] = {};
+    for (int64_t d = 0; d < hd; d += 16) {
+      const bool two = d + 16 <= hd;  // head dims are multiples of 8
+      float* out[QB];
+      for (int i = 0; i < QB; ++i) out[i] = i < nq ? s.acc + int64_t(i0 + i) * hd + d : dummy;
+      __m256 acc0[QB], acc1[QB];
+      for (int i = 0; i < QB; ++i) {
+        const __m256 c = _mm256_set1_ps(correction[i]);
+        acc0[i] = _mm256_mul_ps(c, _mm256_loadu_ps(out[i]));
+        acc1[i] = two ? _mm256_mul_ps(c, _mm256_loadu_ps(out[i] + 8)) : _mm256_setzero_ps();
+      }
+      for (int32_t j = 0; j < n; ++j) {
+        const float* row = vr + int64_t(j) * kv_stride + d;
+        const __m256 v0 = _mm256_loadu_ps(row);
+        const __m256 v1 = two ? _mm256_loadu_ps(row + 8) : _mm256_setzero_ps();
+        for (int i = 0; i < QB; ++i) {
+          const __m256 wj = _mm256_broadcast_ss(w + i * ld + j);
+          acc0[i] = _mm256_fmadd_ps(wj, v0, acc0[i]);
+          acc1[i] = _mm256_fmadd_ps(wj, v1, acc1[i]);
+        }
+      }
+      for (int i = 0; i < nq; ++i) {
+        _mm256_storeu_ps(out[i], acc0[i]);
+        if (two) _mm256_storeu_ps(out[i] + 8, acc1[i]);
+      }
+    }
   }
 }
 
