@@ -163,4 +163,17 @@ void f32_to_f16_row(const float* src, int64_t n, uint16_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16_scalar(src[i]);
 }
 
+void int8_to_f32_row(const int8_t* src, float scale, int64_t n, float* dst) {
+  if (active_isa() != Isa::Scalar) return detail::int8_to_f32_avx2(src, scale, n, dst);
+  for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]) * scale;
+}
+
+void int4_to_f32_row(const uint8_t* src, float scale, int64_t n, float* dst) {
+  if (active_isa() != Isa::Scalar) return detail::int4_to_f32_avx2(src, scale, n, dst);
+  for (int64_t i = 0; i < n / 2; ++i) {
+    dst[2 * i] = float(int(src[i] & 0xf) - 8) * scale;
+    dst[2 * i + 1] = float(int(src[i] >> 4) - 8) * scale;
+  }
+}
+
 }  // namespace lumen::kernels

@@ -56,7 +56,14 @@ void attention_naive(const AttentionParams& p, const float* q, int32_t qpos, con
 void f16_to_f32_row(const uint16_t* src, int64_t n, float* dst);
 void f32_to_f16_row(const float* src, int64_t n, uint16_t* dst);
 
+// Symmetric block codes to f32: dst[i] = q[i] * scale. int4 codes are offset binary (code =
+// q + 8), two per byte, low nibble first; n even.
+void int8_to_f32_row(const int8_t* src, float scale, int64_t n, float* dst);
+void int4_to_f32_row(const uint8_t* src, float scale, int64_t n, float* dst);
+
 namespace detail {
+void int8_to_f32_avx2(const int8_t* src, float scale, int64_t n, float* dst);
+void int4_to_f32_avx2(const uint8_t* src, float scale, int64_t n, float* dst);
 // y = y * c + a * x over n floats; and a dot product (AVX2 builds).
 void scale_axpy_avx2(float c, float a, const float* x, int64_t n, float* y);
 void f16_to_f32_avx2(const uint16_t* src, int64_t n, float* dst);

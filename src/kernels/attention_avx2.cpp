@@ -27,6 +27,35 @@ void scale_axpy_avx2(float c, float a, const float* x, int64_t n, float* y) {
   }
 }
 
+void int8_to_f32_avx2(const int8_t* src, float scale, int64_t n, float* dst) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), vs));
+  }
+  for (; i < n; ++i) dst[i] = float(src[i]) * scale;
+}
+
+void int4_to_f32_avx2(const uint8_t* src, float scale, int64_t n, float* dst) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m128i low = _mm_set1_epi8(0xf), eight = _mm_set1_epi8(8);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // 8 bytes -> 16 values
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i / 2));
+    // Interleave low and high nibbles so value 2k is byte k's low nibble, 2k+1 its high one.
+    const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+    const __m128i codes = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)), vs));
+    _mm256_storeu_ps(dst + i + 8,
+                     _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(codes, 8))), vs));
+  }
+  for (; i < n; i += 2) {
+    dst[i] = float(int(src[i / 2] & 0xf) - 8) * scale;
+    dst[i + 1] = float(int(src[i / 2] >> 4) - 8) * scale;
+  }
+}
+
 void f16_to_f32_avx2(const uint16_t* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -74,16 +74,8 @@ void decode_row_slice(KvElem e, const uint8_t* row, int64_t n, int block_size, i
         float scale;
         std::memcpy(&scale, scales + (b / block_size) * 4, 4);
         float* out = dst + (b - offset);
-        if (!int4) {
-          const auto* q = reinterpret_cast<const int8_t*>(row) + b;
-          for (int64_t i = 0; i < block_size; ++i) out[i] = float(q[i]) * scale;
-        } else {
-          const uint8_t* q = row + b / 2;
-          for (int64_t i = 0; i < block_size / 2; ++i) {
-            out[2 * i] = float(int(q[i] & 0xf) - 8) * scale;
-            out[2 * i + 1] = float(int(q[i] >> 4) - 8) * scale;
-          }
-        }
+        if (!int4) kernels::int8_to_f32_row(reinterpret_cast<const int8_t*>(row) + b, scale, block_size, out);
+        else kernels::int4_to_f32_row(row + b / 2, scale, block_size, out);
       }
       return;
     }

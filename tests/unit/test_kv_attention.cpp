@@ -147,3 +147,25 @@ TEST(HalfConversion, ScalarAndAvx2RoundTheSameWay) {
   }
   kernels::set_isa(saved);
 }
+
+TEST(BlockCodes, Int8AndInt4DecodeTheSameOnEveryIsa) {
+  std::mt19937 rng(8);
+  std::vector<int8_t> q8(200);
+  std::vector<uint8_t> q4(100);
+  for (auto& x : q8) x = int8_t(int(rng() % 256) - 128);
+  for (auto& x : q4) x = uint8_t(rng() % 256);
+  std::vector<float> a8(q8.size()), b8(q8.size()), a4(2 * q4.size()), b4(a4.size());
+  const kernels::Isa saved = kernels::active_isa();
+  kernels::set_isa(kernels::Isa::Scalar);
+  kernels::int8_to_f32_row(q8.data(), 0.37f, int64_t(q8.size()), a8.data());
+  kernels::int4_to_f32_row(q4.data(), 0.37f, int64_t(a4.size()), a4.data());
+  EXPECT_EQ(a4[0], float(int(q4[0] & 0xf) - 8) * 0.37f);  // low nibble first
+  EXPECT_EQ(a4[1], float(int(q4[0] >> 4) - 8) * 0.37f);
+  if (!kernels::cpu_supports(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2";
+  kernels::set_isa(kernels::Isa::Avx2);
+  kernels::int8_to_f32_row(q8.data(), 0.37f, int64_t(q8.size()), b8.data());
+  kernels::int4_to_f32_row(q4.data(), 0.37f, int64_t(b4.size()), b4.data());
+  kernels::set_isa(saved);
+  EXPECT_EQ(a8, b8);
+  EXPECT_EQ(a4, b4);
+}
