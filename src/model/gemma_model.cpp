@@ -1,4 +1,5 @@
 #include "model/gemma_model.h"
+#include "model/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -34,33 +35,8 @@ GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights)
 
 void GemmaModel::attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
                            std::span<SequenceKv* const> caches, const float* q, float* out) const {
-  const int64_t hd = ls.head_dim, nq = ls.num_q_heads, nkv = ls.num_kv_heads;
-  const int64_t group = nq / nkv;
-  const float scale = spec_.attention_scale;
-  const int64_t T = int64_t(rows.size());
-  kernels::ThreadPool::global().parallel_for(T * nq, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t t = job / nq, h = job % nq, kvh = h / group;
-      const BatchRow& row = rows[size_t(t)];
-      const int32_t lo = ls.window > 0 ? std::max<int32_t>(0, row.pos - ls.window + 1) : 0;
-      const float* qh = q + (t * nq + h) * hd;
-      float* oh = out + (t * nq + h) * hd;
-      scores.assign(size_t(row.pos - lo + 1), 0.0f);
-      const SequenceKv& kv = *caches[size_t(row.seq)];
-      kv.read(layer, lo, row.pos, [&](const KvSpan& s) {
-        for (int32_t i = 0; i < s.count; ++i)
-          scores[size_t(s.first_pos - lo + i)] = kernels::dot_f32(qh, s.k + i * s.stride + kvh * hd, hd) * scale;
-      });
-      if (spec_.attn_logit_softcap) kernels::softcap(scores.data(), int64_t(scores.size()), *spec_.attn_logit_softcap);
-      kernels::softmax(scores.data(), int64_t(scores.size()));
-      std::fill(oh, oh + hd, 0.0f);
-      kv.read(layer, lo, row.pos, [&](const KvSpan& s) {
-        for (int32_t i = 0; i < s.count; ++i)
-          kernels::axpy(scores[size_t(s.first_pos - lo + i)], s.v + i * s.stride + kvh * hd, hd, oh);
-      });
-    }
-  });
+  attend(ls, spec_.attention_scale, spec_.attn_logit_softcap ? *spec_.attn_logit_softcap : 0.0f, layer, rows, caches,
+         q, out);
 }
 
 void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches,

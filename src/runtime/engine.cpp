@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "base/error.h"
-#include "kv/contiguous_cache.h"
+#include "kv/make_cache.h"
 #include "quant/convert.h"
 
 namespace lumen::runtime {
@@ -87,8 +87,8 @@ const tokenizer::Tokenizer& Engine::require_tokenizer() const {
 
 std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk) const {
   const int64_t V = spec().vocab_size;
-  kv::ContiguousCache cache(spec());
-  model::SequenceKv* caches[] = {&cache};
+  auto cache = kv::make_cache(spec(), kv::KvConfig{}, int64_t(tokens.size()));
+  model::SequenceKv* caches[] = {cache.get()};
   std::vector<float> all(tokens.size() * size_t(V)), step;
   std::vector<model::BatchRow> rows;
   for (size_t start = 0; start < tokens.size(); start += size_t(chunk)) {
@@ -105,8 +105,8 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, in
                                              const std::function<void(int32_t)>& on_token) const {
   if (prompt.empty()) throw Error("generation needs at least one prompt token");
   const int64_t V = spec().vocab_size;
-  kv::ContiguousCache cache(spec());
-  model::SequenceKv* caches[] = {&cache};
+  auto cache = kv::make_cache(spec(), kv::KvConfig{}, int64_t(prompt.size()) + n);
+  model::SequenceKv* caches[] = {cache.get()};
   std::vector<model::BatchRow> rows;
   for (size_t i = 0; i < prompt.size(); ++i)
     rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
