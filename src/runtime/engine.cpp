@@ -21,7 +21,14 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+  engine->path_ = model_path;
   return engine;
+}
+
+const tokenizer::Tokenizer& Engine::require_tokenizer() const {
+  if (!tokenizer_)
+    throw Error(path_ + ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)");
+  return *tokenizer_;
 }
 
 std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk) const {

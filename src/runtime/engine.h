@@ -12,6 +12,7 @@
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
 #include "spec/model_spec.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lumen::runtime {
 
@@ -22,6 +23,14 @@ class Engine {
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
+  // The model's tokenizer; nullptr when the model has none.
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The tokenizer, or a lumen::Error naming the model when it has none.
+  const tokenizer::Tokenizer& require_tokenizer() const;
+  // Replaces the tokenizer (e.g. one given on the command line).
+  void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) { tokenizer_ = std::move(tokenizer); }
+  // Where the model was loaded from.
+  const std::string& path() const { return path_; }
 
   // Logits [tokens.size(), vocab] for every position of one sequence, prefilled in chunks
   // of `chunk` rows (each chunk is one batched forward step).
@@ -36,6 +45,8 @@ class Engine {
   Engine() = default;
   formats::SafetensorsCheckpoint checkpoint_;
   std::unique_ptr<model::GemmaModel> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::string path_;
 };
 
 // Index of the largest value; the lowest index wins ties (as torch.argmax does).

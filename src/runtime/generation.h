@@ -28,6 +28,7 @@ struct GenerationRequest {
   int max_tokens = 256;
   std::vector<int32_t> stop_tokens;     // end the generation; never part of the text
   std::vector<std::string> stop_strings;  // the text is cut just before the first match
+  bool skip_special = true;  // special tokens that are not stop tokens add no text
 };
 
 enum class FinishReason { None, Stop /* stop token or string */, Length /* max_tokens */, Cancelled };
@@ -40,7 +41,10 @@ class Generation {
   // Feeds the logits of the last position; samples, applies the stop rules, and returns the
   // text that became final with this token (held back while it could still start a stop
   // string). After this, finished() may be true.
+  // Throws lumen::Error when called after finished().
   std::string accept(std::span<float> logits);
+  // Ends the generation (FinishReason::Cancelled). Text still held back is dropped, so
+  // text() stays the concatenation of what accept() returned.
   void cancel();
 
   bool finished() const;

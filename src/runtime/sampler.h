@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace lumen::runtime {
@@ -27,6 +28,20 @@ struct SamplingParams {
 
 // Model defaults (a generation_config.json when present; Gemma 4: 1.0 / 64 / 0.95).
 SamplingParams default_sampling();
+// The defaults of the model at `model_path` (a directory, or a file inside one): its
+// generation_config.json (temperature, top_k, top_p, min_p, repetition_penalty; do_sample
+// false = greedy) over default_sampling(). Throws lumen::Error naming the file and field.
+SamplingParams default_sampling(const std::string& model_path);
+
+// Throws lumen::Error naming the first parameter out of range (logit_bias ids are checked
+// against vocab_size).
+void validate(const SamplingParams& params, int32_t vocab_size);
+
+// One token of the truncated distribution the sampler draws from.
+struct TokenProb {
+  int32_t id = 0;
+  float prob = 0;
+};
 
 class Sampler {
  public:
@@ -36,11 +51,25 @@ class Sampler {
   // is the sequence's generated tokens so far (penalties look at these).
   int32_t sample(std::span<float> logits, std::span<const int32_t> generated);
 
+  // The distribution sample() would draw from for these logits (after bias, penalties,
+  // temperature, min-p, top-k and top-p, in that order), best first, probabilities
+  // renormalized; one id with probability 1 when greedy. Consumes no randomness.
+  std::vector<TokenProb> distribution(std::span<float> logits, std::span<const int32_t> generated);
+
+  const SamplingParams& params() const { return params_; }
+
  private:
+  // Logit bias, then repetition / presence / frequency penalties, in place.
+  void adjust(std::span<float> logits, std::span<const int32_t> generated);
+  // Fills scratch_ with (unnormalized weight, id) of the tokens that may be drawn.
+  void truncate(std::span<const float> logits);
+  int32_t argmax_of(std::span<const float> logits) const;
+
   SamplingParams params_;
   int32_t vocab_size_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> scratch_;
+  std::vector<int32_t> counts_;
 };
 
 }  // namespace lumen::runtime

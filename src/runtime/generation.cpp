@@ -1,0 +1,129 @@
+#include "runtime/generation.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "runtime/utf8.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::runtime {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "none";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "none";
+}
+
+struct Generation::State {
+  State(GenerationRequest r, const tokenizer::Tokenizer& t, int32_t vocab)
+      : request(std::move(r)), tokenizer(t), sampler(request.sampling, vocab), vocab_size(vocab) {}
+
+  GenerationRequest request;
+  const tokenizer::Tokenizer& tokenizer;
+  Sampler sampler;
+  int32_t vocab_size;
+  Utf8Assembler utf8;
+  std::vector<int32_t> generated;
+  std::string text;  // final: returned by accept()
+  std::string held;  // decoded but not final: it could still be the start of a stop string
+  FinishReason reason = FinishReason::None;
+  int32_t next = -1;
+
+  void finish(FinishReason r) {
+    if (reason == FinishReason::None) reason = r;
+  }
+
+  // Moves the part of `held` that can no longer become (part of) a stop string into `text`
+  // and returns it. A complete stop string ends the generation, cut just before it. At the
+  // end of the generation everything held is released.
+  std::string release(bool at_end) {
+    size_t cut = std::string::npos;
+    for (const auto& stop : request.stop_strings) cut = std::min(cut, held.find(stop));
+    std::string out;
+    if (cut != std::string::npos) {
+      out = held.substr(0, cut);
+      held.clear();
+      finish(FinishReason::Stop);
+    } else {
+      size_t keep = 0;
+      if (!at_end) {
+        // The longest suffix of `held` that is a proper prefix of some stop string.
+        for (const auto& stop : request.stop_strings) {
+          const size_t longest = std::min(held.size(), stop.size() - 1);
+          for (size_t k = longest; k > keep; --k)
+            if (held.compare(held.size() - k, k, stop, 0, k) == 0) {
+              keep = k;
+              break;
+            }
+        }
+      }
+      out = held.substr(0, held.size() - keep);
+      held.erase(0, held.size() - keep);
+    }
+    text += out;
+    return out;
+  }
+
+  std::string piece(int32_t id) {
+    if (request.skip_special && tokenizer.is_special(id)) return {};
+    return utf8.push(tokenizer.token_bytes(id));
+  }
+};
+
+Generation::Generation(GenerationRequest request, const tokenizer::Tokenizer& tokenizer, int32_t vocab_size) {
+  if (request.prompt.empty()) throw Error("generation request: the prompt is empty");
+  if (request.max_tokens < 0)
+    throw Error("generation request: max_tokens = " + std::to_string(request.max_tokens) + " is negative");
+  for (int32_t id : request.stop_tokens)
+    if (id < 0 || id >= vocab_size)
+      throw Error("generation request: stop token " + std::to_string(id) + " is outside the vocabulary (0.." +
+                  std::to_string(vocab_size - 1) + ")");
+  for (size_t i = 0; i < request.stop_strings.size(); ++i)
+    if (request.stop_strings[i].empty())
+      throw Error("generation request: stop string " + std::to_string(i + 1) + " is empty");
+  state_ = std::make_shared<State>(std::move(request), tokenizer, vocab_size);
+  if (state_->request.max_tokens == 0) state_->finish(FinishReason::Length);
+}
+
+std::string Generation::accept(std::span<float> logits) {
+  State& s = *state_;
+  if (s.reason != FinishReason::None) throw Error("generation: accept() called after the generation finished");
+  const int32_t id = s.sampler.sample(logits, s.generated);
+  const auto& stops = s.request.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    s.held += s.utf8.flush();
+    std::string out = s.release(true);
+    s.finish(FinishReason::Stop);
+    return out;
+  }
+  s.generated.push_back(id);
+  s.next = id;
+  s.held += s.piece(id);
+  std::string out = s.release(false);
+  if (s.reason == FinishReason::None && int(s.generated.size()) >= s.request.max_tokens) {
+    s.held += s.utf8.flush();
+    out += s.release(true);
+    s.finish(FinishReason::Length);
+  }
+  return out;
+}
+
+void Generation::cancel() {
+  // Held-back text is dropped: it was never final, and text() stays the concatenation of
+  // what accept() returned.
+  state_->held.clear();
+  state_->finish(FinishReason::Cancelled);
+}
+
+bool Generation::finished() const { return state_->reason != FinishReason::None; }
+FinishReason Generation::finish_reason() const { return state_->reason; }
+int32_t Generation::next_input() const { return state_->next; }
+const std::vector<int32_t>& Generation::generated() const { return state_->generated; }
+const std::string& Generation::text() const { return state_->text; }
+const GenerationRequest& Generation::request() const { return state_->request; }
+
+}  // namespace lumen::runtime
