@@ -41,8 +41,9 @@ int serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto engine = lumen::runtime::Engine::load(o.model);
-  auto tokenizer = lumen::tokenizer::find_tokenizer(o.model);
-  if (!tokenizer) throw lumen::Error(o.model + ": no tokenizer.json or tokenizer.model (the server needs a tokenizer)");
+  if (!engine->tokenizer())
+    if (auto found = lumen::tokenizer::find_tokenizer(o.model)) engine->set_tokenizer(std::move(found));
+  const auto& tokenizer = engine->require_tokenizer();
 
   const auto& spec = engine->spec();
   lumen::server::ServerOptions so;
@@ -53,6 +54,7 @@ int serve(const ServeOptions& o) {
   if (so.model_name.empty()) so.model_name = fs::path(o.model).lexically_normal().parent_path().filename().string();
   so.context_length = spec.max_positions > 0 ? std::min(o.ctx, spec.max_positions) : o.ctx;
   so.max_body_bytes = o.max_body;
+  so.sampling_defaults = lumen::runtime::default_sampling(o.model);
   // Each streaming client holds a connection thread; leave room for the queue and for
   // /health and /metrics next to them.
   so.http_threads = o.http_threads > 0 ? o.http_threads : o.parallel + o.queue + 8;
@@ -61,8 +63,8 @@ int serve(const ServeOptions& o) {
   sched.max_active = o.parallel;
   sched.max_queued = o.queue;
   sched.prefill_chunk = o.prefill_chunk;
-  lumen::runtime::Scheduler scheduler(engine->model(), *tokenizer, sched);
-  lumen::server::Server server(so, spec, *tokenizer, scheduler);
+  lumen::runtime::Scheduler scheduler(engine->model(), tokenizer, sched);
+  lumen::server::Server server(so, spec, tokenizer, scheduler);
   const int port = server.bind();
 
   if (!is_loopback(o.host))

@@ -72,7 +72,7 @@ struct Server::Impl {
     chat_stop_tokens = tokenizer::chat_stop_tokens(chat_format, spec, tokenizer);
     text_stop_tokens.assign(spec.tokens.stop.begin(), spec.tokens.stop.end());
     if (tokenizer.eos_id() >= 0) text_stop_tokens.push_back(tokenizer.eos_id());
-    defaults = runtime::default_sampling();
+    defaults = options.sampling_defaults;
     routes();
   }
 
@@ -204,10 +204,11 @@ struct Server::Impl {
       throw ApiError(400, "the prompt is " + std::to_string(n) + " tokens; this server's context holds " +
                               std::to_string(options.context_length) + " (prompt and completion together)",
                      api.chat ? "messages" : "prompt", "context_length_exceeded");
-    for (const auto& [id, bias] : api.sampling.logit_bias)
-      if (id >= spec.vocab_size)
-        throw ApiError(400, "'logit_bias' token id " + std::to_string(id) + " is outside the vocabulary (" +
-                                std::to_string(spec.vocab_size) + ")", "logit_bias", "invalid_value");
+    try {
+      runtime::validate(api.sampling, spec.vocab_size);
+    } catch (const Error& e) {
+      throw ApiError(400, printable(e.what()), "", "invalid_value");
+    }
 
     runtime::GenerationRequest g;
     g.prompt = std::move(prompt);

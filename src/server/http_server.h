@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/sampler.h"
+
 namespace lumen::spec {
 struct ModelSpec;
 }
@@ -36,6 +38,8 @@ struct ServerOptions {
   int context_length = 4096;         // positions per sequence: prompt + generated
   size_t max_body_bytes = 1 << 20;   // larger bodies get a 413
   int http_threads = 16;             // connections served at once
+  // Sampling for fields a request leaves out (the model's generation_config.json).
+  runtime::SamplingParams sampling_defaults = runtime::default_sampling();
 };
 
 class Server {
