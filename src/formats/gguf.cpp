@@ -806,6 +806,7 @@ GgufTokenizerData GgufFile::tokenizer() const {
   GgufTokenizerData t;
   t.model = std::string(get_string("tokenizer.ggml.model"));
   if (has("tokenizer.ggml.pre")) t.pre = std::string(get_string("tokenizer.ggml.pre"));
+  if (has("general.architecture")) t.architecture = std::string(get_string("general.architecture"));
   t.tokens = get_string_array("tokenizer.ggml.tokens");
   const size_t vocab = t.tokens.size();
 

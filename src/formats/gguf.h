@@ -206,6 +206,7 @@ struct GgufTensor {
 struct GgufTokenizerData {
   std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (BPE), ...
   std::string pre;    // tokenizer.ggml.pre, empty when absent
+  std::string architecture;  // general.architecture, empty when absent (picks Gemma's rules)
   std::vector<std::string_view> tokens;   // tokenizer.ggml.tokens (the vocabulary)
   std::vector<float> scores;              // tokenizer.ggml.scores, empty when absent
   std::vector<int32_t> token_type;        // tokenizer.ggml.token_type, empty when absent

@@ -63,6 +63,11 @@ std::unique_ptr<Tokenizer> load_gguf_tokenizer(const formats::GgufTokenizerData&
 // A model directory's tokenizer.json (preferred) or tokenizer.model; nullptr when it has none.
 std::unique_ptr<Tokenizer> find_tokenizer(const std::string& model_dir);
 
+// Any of: a model directory (find_tokenizer; else its only .gguf file), a tokenizer.json, a
+// SentencePiece .model, or a .gguf file (its tokenizer.ggml.* metadata). Throws lumen::Error
+// naming the path when it holds no tokenizer.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
 // Turns a stream of ids into text without ever emitting half a UTF-8 character: bytes of an
 // incomplete sequence are held until the sequence completes (or flush() is called).
 class StreamDecoder {

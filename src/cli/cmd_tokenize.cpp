@@ -1,0 +1,168 @@
+// lumen tokenize -m MODEL "text" | --file F | --chat MESSAGES.json: token ids as JSON.
+// lumen detokenize -m MODEL 2,105,...: the text of token ids.
+// MODEL: a model directory, a tokenizer.json, a SentencePiece .model or a .gguf file.
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "spec/model_spec.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using lumen::Error;
+
+std::string read_file(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::vector<lumen::tokenizer::ChatMessage> read_messages(const std::string& path) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
+  if (!doc.is_array()) throw Error(path + ": expected a list of {\"role\", \"content\"} messages");
+  std::vector<lumen::tokenizer::ChatMessage> messages;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const auto& m = doc[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
+      throw Error(path + ": message " + std::to_string(i) + ": expected {\"role\": string, \"content\": string}");
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
+// Each line of `path` is a JSON value; `handle` gets it and its 1-based line number.
+template <typename Handle>
+void for_each_jsonl(const std::string& path, Handle handle) {
+  std::istringstream lines(read_file(path));
+  std::string line;
+  for (size_t number = 1; std::getline(lines, line); ++number) {
+    if (line.empty()) continue;
+    nlohmann::json value;
+    try {
+      value = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ": line " + std::to_string(number) + ": not valid JSON (" + std::string(e.what()) + ")");
+    }
+    handle(value, number);
+  }
+}
+
+struct TokenizeOptions {
+  std::string model, text, file, jsonl, chat, chat_format = "auto";
+  bool no_special = false, thinking = false, no_generation_prompt = false, render_only = false;
+};
+
+LUMEN_COMMAND(30, [](CLI::App& app) {
+  auto opts = std::make_shared<TokenizeOptions>();
+  auto* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (JSON list; no BOS is added)");
+  cmd->add_option("-m,--model", opts->model, "Model directory, tokenizer.json, SentencePiece .model or .gguf")->required();
+  auto* text = cmd->add_option("text", opts->text, "Text to tokenize");
+  auto* file = cmd->add_option("--file", opts->file, "Read the text from this file ('-': stdin)");
+  auto* chat = cmd->add_option("--chat", opts->chat, "Format this JSON list of {role, content} messages as a chat prompt first");
+  auto* jsonl = cmd->add_option("--jsonl", opts->jsonl, "Many texts: one JSON string a line; prints one id list a line");
+  text->excludes(file)->excludes(chat)->excludes(jsonl);
+  file->excludes(chat)->excludes(jsonl);
+  chat->excludes(jsonl);
+  cmd->add_flag("--no-special", opts->no_special, "Treat special-token text (\"<bos>\") as ordinary text");
+  cmd->add_option("--chat-format", opts->chat_format, "auto, gemma4 or gemma3")->check(CLI::IsMember({"auto", "gemma4", "gemma3"}));
+  cmd->add_flag("--thinking", opts->thinking, "Chat: enable thinking (Gemma 4)");
+  cmd->add_flag("--no-generation-prompt", opts->no_generation_prompt, "Chat: do not open the model turn");
+  cmd->add_flag("--render-only", opts->render_only, "Chat: print the formatted prompt text instead of ids");
+  return std::pair{cmd, lumen::cli::Runner([opts, text, file, chat, jsonl] {
+    if (!*text && !*file && !*chat && !*jsonl) throw Error("tokenize: give a text, --file F, --jsonl F or --chat F");
+    auto tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+    if (*jsonl) {
+      std::string out;
+      for_each_jsonl(opts->jsonl, [&](const nlohmann::json& value, size_t number) {
+        if (!value.is_string()) throw Error(opts->jsonl + ": line " + std::to_string(number) + ": expected a JSON string");
+        out += lumen::cli::ids_to_json(tokenizer->encode(value.get<std::string>(), !opts->no_special));
+        out += '\n';
+      });
+      std::cout << out << std::flush;
+      return 0;
+    }
+    std::string input;
+    if (*chat) {
+      using namespace lumen::tokenizer;
+      const auto messages = read_messages(opts->chat);
+      ChatFormat format;
+      if (opts->chat_format == "gemma4") format = ChatFormat::Gemma4;
+      else if (opts->chat_format == "gemma3") format = ChatFormat::Gemma3;
+      else {
+        lumen::spec::ModelSpec no_spec;  // the tokenizer's own special tokens decide
+        no_spec.source = opts->model;
+        format = detect_chat_format(no_spec, *tokenizer);
+      }
+      ChatOptions chat_options;
+      chat_options.thinking = opts->thinking;
+      chat_options.add_generation_prompt = !opts->no_generation_prompt;
+      input = render_chat(format, messages, chat_options);
+      if (opts->render_only) {
+        std::cout << input << std::flush;
+        return 0;
+      }
+    } else {
+      input = *file ? read_file(opts->file) : opts->text;
+    }
+    const auto ids = tokenizer->encode(input, !opts->no_special);
+    std::cout << lumen::cli::ids_to_json(ids) << std::endl;
+    return 0;
+  })};
+});
+
+struct DetokenizeOptions {
+  std::string model, ids, jsonl;
+  bool skip_special = false;
+};
+
+LUMEN_COMMAND(31, [](CLI::App& app) {
+  auto opts = std::make_shared<DetokenizeOptions>();
+  auto* cmd = app.add_subcommand("detokenize", "Print the text of comma-separated token ids (exactly, no newline added)");
+  cmd->add_option("-m,--model", opts->model, "Model directory, tokenizer.json, SentencePiece .model or .gguf")->required();
+  auto* ids = cmd->add_option("ids", opts->ids, "Comma-separated token ids");
+  auto* jsonl = cmd->add_option("--jsonl", opts->jsonl, "Many id lists: one JSON list a line; prints one JSON string a line");
+  ids->excludes(jsonl);
+  cmd->add_flag("--skip-special", opts->skip_special, "Leave out special tokens");
+  return std::pair{cmd, lumen::cli::Runner([opts, ids, jsonl] {
+    if (!*ids && !*jsonl) throw Error("detokenize: give comma-separated ids or --jsonl F");
+    if (*jsonl) {
+      auto tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+      std::string out;
+      for_each_jsonl(opts->jsonl, [&](const nlohmann::json& value, size_t number) {
+        std::vector<int32_t> list;
+        if (value.is_array())
+          for (const auto& v : value)
+            if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX) list.push_back(v.get<int32_t>());
+        if (!value.is_array() || list.size() != value.size())
+          throw Error(opts->jsonl + ": line " + std::to_string(number) + ": expected a JSON list of token ids");
+        out += nlohmann::json(tokenizer->decode(list, opts->skip_special)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        out += '\n';
+      });
+      std::cout << out << std::flush;
+      return 0;
+    }
+    const auto list = lumen::cli::parse_token_list(opts->ids, "ids");
+    auto tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+    std::cout << tokenizer->decode(list, opts->skip_special) << std::flush;
+    return 0;
+  })};
+});
+
+}  // namespace
