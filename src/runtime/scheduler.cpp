@@ -153,11 +153,20 @@ void Scheduler::run() {
 
 void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   int64_t cancelled = 0, completed = 0, failed = 0;
+  // Tickets are finished only after the stats are updated, so a caller that sees its ticket
+  // done also sees the counters and the freed slot.
+  struct Ending {
+    std::shared_ptr<Ticket> ticket;
+    FinishReason reason;
+    int tokens;
+    std::string error;
+  };
+  std::vector<Ending> endings;
   // A client that went away frees its sequence now.
   std::erase_if(active, [&](const std::unique_ptr<Active>& a) {
     if (!a->ticket->cancel_requested()) return false;
     a->generation->cancel();
-    a->ticket->finish(FinishReason::Cancelled, int(a->generation->generated().size()));
+    endings.push_back({a->ticket, FinishReason::Cancelled, int(a->generation->generated().size()), {}});
     ++cancelled;
     return true;
   });
@@ -206,7 +215,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
 
   if (!failure.empty()) {
     // The step's state is unknown for every sequence in it: end them all with the error.
-    for (auto& a : active) a->ticket->finish(FinishReason::None, int(a->generation->generated().size()), failure);
+    for (auto& a : active) endings.push_back({a->ticket, FinishReason::None, int(a->generation->generated().size()), failure});
     failed = int64_t(active.size());
     active.clear();
   } else {
@@ -218,7 +227,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       try {
         text = a.generation->accept(std::span<float>(logits.data() + int64_t(r) * V, size_t(V)));
       } catch (const std::exception& e) {
-        a.ticket->finish(FinishReason::None, int(a.generation->generated().size()), e.what());
+        endings.push_back({a.ticket, FinishReason::None, int(a.generation->generated().size()), e.what()});
         done[logit_owner[r]] = true;
         ++failed;
         continue;
@@ -231,7 +240,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
           a.generation->cancel();
           reason = FinishReason::Length;
         }
-        a.ticket->finish(reason, int(a.generation->generated().size()));
+        endings.push_back({a.ticket, reason, int(a.generation->generated().size()), {}});
         done[logit_owner[r]] = true;
         ++completed;
       }
@@ -240,19 +249,22 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       if (done[i]) active.erase(active.begin() + int64_t(i));
   }
 
-  std::lock_guard lock(mutex_);
-  stats_.cancelled += cancelled;
-  stats_.completed += completed;
-  stats_.failed += failed;
-  stats_.prefill_tokens += prefill_rows;
-  stats_.decode_tokens += decode_rows;
-  const int64_t all_rows = prefill_rows + decode_rows;
-  if (all_rows > 0) {
-    stats_.prefill_seconds += seconds * double(prefill_rows) / double(all_rows);
-    stats_.decode_seconds += seconds * double(decode_rows) / double(all_rows);
-    ++stats_.steps;
+  {
+    std::lock_guard lock(mutex_);
+    stats_.cancelled += cancelled;
+    stats_.completed += completed;
+    stats_.failed += failed;
+    stats_.prefill_tokens += prefill_rows;
+    stats_.decode_tokens += decode_rows;
+    const int64_t all_rows = prefill_rows + decode_rows;
+    if (all_rows > 0) {
+      stats_.prefill_seconds += seconds * double(prefill_rows) / double(all_rows);
+      stats_.decode_seconds += seconds * double(decode_rows) / double(all_rows);
+      ++stats_.steps;
+    }
+    stats_.active = int64_t(active.size());
   }
-  stats_.active = int64_t(active.size());
+  for (auto& e : endings) e.ticket->finish(e.reason, e.tokens, std::move(e.error));
 }
 
 }  // namespace lumen::runtime

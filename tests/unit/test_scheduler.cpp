@@ -129,10 +129,10 @@ TEST(Scheduler, FullQueueRefusesAndCancelFreesTheSlot) {
   SchedulerOptions opts;
   opts.max_active = 1;
   opts.max_queued = 1;
-  Scheduler s(tiny().model(), tok, opts);
-  // 60 tokens from a 3-token prompt: the context (64) is the limit; it runs long enough to
-  // be cancelled mid-way.
-  auto running = s.submit(request({2, 5, 6}, 60, 0.0f, 0));
+  // A context and max_tokens so large that the first request runs until it is cancelled.
+  static const test_support::TinyModel roomy(test_support::tiny_model_spec(32, 3, 1 << 20));
+  Scheduler s(roomy.model(), tok, opts);
+  auto running = s.submit(request({2, 5, 6}, 1 << 19, 0.0f, 0));
   ASSERT_TRUE(running);
   ASSERT_TRUE(eventually([&] { return s.stats().active == 1; }));
   auto waiting = s.submit(request({2, 7}, 3, 0.0f, 0));
@@ -143,7 +143,7 @@ TEST(Scheduler, FullQueueRefusesAndCancelFreesTheSlot) {
   running->cancel();
   drain(*running);
   EXPECT_EQ(running->finish_reason(), FinishReason::Cancelled);
-  EXPECT_LT(running->completion_tokens(), 60);
+  EXPECT_LT(running->completion_tokens(), 1 << 19);
   // The waiting request gets the freed slot and completes.
   drain(*waiting);
   EXPECT_EQ(waiting->finish_reason(), FinishReason::Length);
