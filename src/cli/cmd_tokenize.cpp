@@ -87,7 +87,10 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
   cmd->add_flag("--render-only", opts->render_only, "Chat: print the formatted prompt text instead of ids");
   return std::pair{cmd, lumen::cli::Runner([opts, text, file, chat, jsonl] {
     if (!*text && !*file && !*chat && !*jsonl) throw Error("tokenize: give a text, --file F, --jsonl F or --chat F");
-    auto tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+    std::unique_ptr<lumen::tokenizer::Tokenizer> tokenizer;
+    // Rendering a chat in a named format needs no vocabulary.
+    if (!(*chat && opts->render_only && opts->chat_format != "auto"))
+      tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
     if (*jsonl) {
       std::string out;
       for_each_jsonl(opts->jsonl, [&](const nlohmann::json& value, size_t number) {

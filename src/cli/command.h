@@ -28,6 +28,9 @@ std::vector<std::pair<int, Registration>>& registered_commands();
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag = "--tokens");
 std::string ids_to_json(const std::vector<int32_t>& ids);
 
+// The model a command runs: the -m argument as given (the place to add a default model).
+std::string resolve_model_path(std::string model);
+
 }  // namespace lumen::cli
 
 #define LUMEN_CONCAT_INNER(a, b) a##b

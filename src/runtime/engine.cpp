@@ -15,18 +15,39 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   if (!fs::is_directory(model_path, ec))
     throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
   std::unique_ptr<Engine> engine(new Engine());
+  engine->path_ = model_path;
   spec::ModelSpec spec = spec::load_spec(model_path);
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
-  engine->path_ = model_path;
   return engine;
 }
 
+const tokenizer::Tokenizer* Engine::tokenizer() const {
+  std::lock_guard lock(tokenizer_mutex_);
+  if (!tokenizer_looked_up_) {
+    std::error_code ec;
+    if (fs::is_directory(path_, ec))
+      tokenizer_ = tokenizer::find_tokenizer(path_);
+    else if (fs::path(path_).extension() == ".gguf")
+      tokenizer_ = tokenizer::load_tokenizer(path_);  // the file's tokenizer.ggml.* metadata
+    else
+      tokenizer_ = tokenizer::find_tokenizer(fs::path(path_).parent_path().string());
+    tokenizer_looked_up_ = true;
+  }
+  return tokenizer_.get();
+}
+
+void Engine::set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) {
+  std::lock_guard lock(tokenizer_mutex_);
+  tokenizer_ = std::move(tokenizer);
+  tokenizer_looked_up_ = true;
+}
+
 const tokenizer::Tokenizer& Engine::require_tokenizer() const {
-  if (!tokenizer_)
+  if (!tokenizer())
     throw Error(path_ + ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)");
   return *tokenizer_;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,12 +24,15 @@ class Engine {
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
-  // The model's tokenizer; nullptr when the model has none.
-  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The model's tokenizer (tokenizer.json or tokenizer.model next to the weights, a GGUF
+  // file's own vocabulary), loaded on
+  // first use so that commands which need none never read it; nullptr when the model has
+  // none. Throws lumen::Error when the file is defective.
+  const tokenizer::Tokenizer* tokenizer() const;
   // The tokenizer, or a lumen::Error naming the model when it has none.
   const tokenizer::Tokenizer& require_tokenizer() const;
   // Replaces the tokenizer (e.g. one given on the command line).
-  void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) { tokenizer_ = std::move(tokenizer); }
+  void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer);
   // Where the model was loaded from.
   const std::string& path() const { return path_; }
 
@@ -45,7 +49,9 @@ class Engine {
   Engine() = default;
   formats::SafetensorsCheckpoint checkpoint_;
   std::unique_ptr<model::GemmaModel> model_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  mutable std::mutex tokenizer_mutex_;
+  mutable bool tokenizer_looked_up_ = false;
+  mutable std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string path_;
 };
 

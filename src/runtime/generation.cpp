@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "runtime/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::runtime {
@@ -20,13 +19,14 @@ const char* finish_reason_name(FinishReason reason) {
 
 struct Generation::State {
   State(GenerationRequest r, const tokenizer::Tokenizer& t, int32_t vocab)
-      : request(std::move(r)), tokenizer(t), sampler(request.sampling, vocab), vocab_size(vocab) {}
+      : request(std::move(r)), tokenizer(t), sampler(request.sampling, vocab), vocab_size(vocab),
+        decoder(t, request.skip_special) {}
 
   GenerationRequest request;
   const tokenizer::Tokenizer& tokenizer;
   Sampler sampler;
   int32_t vocab_size;
-  Utf8Assembler utf8;
+  tokenizer::StreamDecoder decoder;  // holds the bytes of a character split across tokens
   std::vector<int32_t> generated;
   std::string text;  // final: returned by accept()
   std::string held;  // decoded but not final: it could still be the start of a stop string
@@ -68,10 +68,6 @@ struct Generation::State {
     return out;
   }
 
-  std::string piece(int32_t id) {
-    if (request.skip_special && tokenizer.is_special(id)) return {};
-    return utf8.push(tokenizer.token_bytes(id));
-  }
 };
 
 Generation::Generation(GenerationRequest request, const tokenizer::Tokenizer& tokenizer, int32_t vocab_size) {
@@ -95,17 +91,17 @@ std::string Generation::accept(std::span<float> logits) {
   const int32_t id = s.sampler.sample(logits, s.generated);
   const auto& stops = s.request.stop_tokens;
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    s.held += s.utf8.flush();
+    s.held += s.decoder.flush();
     std::string out = s.release(true);
     s.finish(FinishReason::Stop);
     return out;
   }
   s.generated.push_back(id);
   s.next = id;
-  s.held += s.piece(id);
+  s.held += s.decoder.push(id);
   std::string out = s.release(false);
   if (s.reason == FinishReason::None && int(s.generated.size()) >= s.request.max_tokens) {
-    s.held += s.utf8.flush();
+    s.held += s.decoder.flush();
     out += s.release(true);
     s.finish(FinishReason::Length);
   }

@@ -133,68 +133,89 @@ void Sampler::adjust(std::span<float> logits, std::span<const int32_t> generated
 }
 
 void Sampler::truncate(std::span<const float> logits) {
-  const float inv_t = 1.0f / params_.temperature;
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  if (!(max_logit > -std::numeric_limits<float>::infinity()))
-    throw Error("sampler: every token has probability 0 (all logits are -inf or NaN)");
-
-  // Weights exp((l - max) / T) of the candidates; min-p keeps tokens whose probability is at
-  // least min_p times the best one's, i.e. weight >= min_p (the best has weight 1). It does
-  // not depend on the other truncations (they keep the best token), so it runs first and
-  // shrinks the set the others sort.
-  const float min_weight = params_.min_p;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   scratch_.clear();
-  for (int32_t id = 0; id < vocab_size_; ++id) {
-    const float l = logits[size_t(id)];
-    if (!(l > -std::numeric_limits<float>::infinity())) continue;  // banned (or NaN)
-    const float w = std::exp((l - max_logit) * inv_t);
-    if (w > 0 && w >= min_weight) scratch_.emplace_back(w, id);
+  if (params_.top_k > 0 && params_.top_k < vocab_size_) {
+    // Top-k in one pass over the logits: a heap of the k best seen so far, worst on top.
+    // Ids arrive in increasing order, so a newcomer equal to the worst loses the tie.
+    const size_t k = size_t(params_.top_k);
+    for (int32_t id = 0; id < vocab_size_; ++id) {
+      const float l = logits[size_t(id)];
+      if (!(l > kNegInf)) continue;  // banned (or NaN)
+      if (scratch_.size() < k) {
+        scratch_.emplace_back(l, id);
+        std::push_heap(scratch_.begin(), scratch_.end(), better);
+      } else if (l > scratch_.front().first) {
+        std::pop_heap(scratch_.begin(), scratch_.end(), better);
+        scratch_.back() = {l, id};
+        std::push_heap(scratch_.begin(), scratch_.end(), better);
+      }
+    }
+  } else {
+    for (int32_t id = 0; id < vocab_size_; ++id) {
+      const float l = logits[size_t(id)];
+      if (l > kNegInf) scratch_.emplace_back(l, id);
+    }
   }
-  if (scratch_.empty()) scratch_.emplace_back(1.0f, argmax_of(logits));
+  if (scratch_.empty()) throw Error("sampler: every token has probability 0 (all logits are -inf or NaN)");
 
-  // Top-k: the k largest, by selection rather than a full sort.
-  if (params_.top_k > 0 && size_t(params_.top_k) < scratch_.size()) {
-    std::nth_element(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), better);
-    scratch_.resize(size_t(params_.top_k));
-  }
+  // Logits -> weights exp((l - max) / T): the best token has weight 1. A weight that
+  // underflows to 0 carries no probability mass.
+  float max_logit = kNegInf;
+  for (const auto& c : scratch_) max_logit = std::max(max_logit, c.first);
+  const float inv_t = 1.0f / params_.temperature;
+  for (auto& c : scratch_) c.first = std::exp((c.first - max_logit) * inv_t);
+  std::erase_if(scratch_, [](const std::pair<float, int32_t>& c) { return !(c.first > 0); });
 
-  // Top-p: the smallest best-first prefix whose mass reaches top_p. Sort only as much as
-  // needed: grow a sorted prefix (64, 256, ...) until its mass is enough.
-  if (params_.top_p < 1.0f) {
+  // Top-p: the smallest best-first prefix whose mass reaches top_p of the total. Found by
+  // selection on mass (halve the range with nth_element, keep the half the boundary is in):
+  // linear time, no sort.
+  if (params_.top_p < 1.0f && scratch_.size() > 1) {
     double total = 0;
     for (const auto& c : scratch_) total += c.first;
     const double target = double(params_.top_p) * total;
-    size_t sorted = 0, chunk = 64;
-    double mass = 0;
-    size_t keep = scratch_.size();
-    bool done = false;
-    while (!done) {
-      const size_t upto = std::min(scratch_.size(), sorted + chunk);
-      std::partial_sort(scratch_.begin() + int64_t(sorted), scratch_.begin() + int64_t(upto), scratch_.end(), better);
-      for (size_t i = sorted; i < upto; ++i) {
-        mass += scratch_[i].first;
-        if (mass >= target) {
-          keep = i + 1;
-          done = true;
-          break;
-        }
+    // Tokens lighter than (total - target) / n can all be dropped first: together they weigh
+    // less than total - target, so the rest weighs more than the target and holds the whole
+    // kept prefix. With real logits that is most of the vocabulary.
+    const double light = (total - target) / double(scratch_.size());
+    std::erase_if(scratch_, [&](const std::pair<float, int32_t>& c) { return double(c.first) < light; });
+    size_t lo = 0, hi = scratch_.size();
+    double below = 0;  // mass of [0, lo): all kept, and < target
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      std::nth_element(scratch_.begin() + int64_t(lo), scratch_.begin() + int64_t(mid),
+                       scratch_.begin() + int64_t(hi), better);
+      double mass = 0;
+      for (size_t i = lo; i < mid; ++i) mass += scratch_[i].first;
+      if (below + mass >= target) {
+        hi = mid;
+      } else {
+        below += mass;
+        lo = mid;
       }
-      sorted = upto;
-      if (sorted == scratch_.size()) done = true;
-      chunk *= 4;
     }
-    scratch_.resize(keep);
+    // [lo, hi) is the single best token left; mass[0, lo) < target <= mass[0, lo + 1).
+    scratch_.resize(lo + 1);
+  }
+
+  // Min-p last, as transformers orders it: keep tokens at least min_p times as likely as
+  // the best one (weight >= min_p). The best token survives every step above.
+  if (params_.min_p > 0.0f) {
+    const float min_weight = params_.min_p;
+    std::erase_if(scratch_, [&](const std::pair<float, int32_t>& c) { return c.first < min_weight; });
   }
 }
 
 int32_t Sampler::argmax_of(std::span<const float> logits) const {
-  // max_element returns the first maximum: the lowest index wins ties. NaN never wins.
+  // The first maximum: the lowest index wins ties. NaN never compares greater.
   int32_t best = -1;
+  float best_logit = -std::numeric_limits<float>::infinity();
   for (int32_t id = 0; id < int32_t(logits.size()); ++id)
-    if (!std::isnan(logits[size_t(id)]) && (best < 0 || logits[size_t(id)] > logits[size_t(best)])) best = id;
-  if (best < 0 || logits[size_t(best)] == -std::numeric_limits<float>::infinity())
-    throw Error("sampler: every token has probability 0 (all logits are -inf or NaN)");
+    if (logits[size_t(id)] > best_logit) {
+      best_logit = logits[size_t(id)];
+      best = id;
+    }
+  if (best < 0) throw Error("sampler: every token has probability 0 (all logits are -inf or NaN)");
   return best;
 }
 

@@ -52,7 +52,8 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> generated);
 
   // The distribution sample() would draw from for these logits (after bias, penalties,
-  // temperature, min-p, top-k and top-p, in that order), best first, probabilities
+  // temperature, top-k, top-p and min-p, in that order:
+  // transformers' order), best first, probabilities
   // renormalized; one id with probability 1 when greedy. Consumes no randomness.
   std::vector<TokenProb> distribution(std::span<float> logits, std::span<const int32_t> generated);
 

@@ -89,6 +89,7 @@ GenerationResult Session::generate(const GenerationRequest& request,
     const model::BatchRow row{0, int32_t(tokens_.size()), gen.next_input(), true};
     model_.forward(std::span(&row, 1), caches, logits_);
     tokens_.push_back(row.token);
+    ++result.decode_steps;
     logits = std::span<float>(logits_.data(), size_t(V));
   }
   result.decode_seconds = seconds_since(t1);

@@ -33,6 +33,7 @@ struct GenerationResult {
   int reused_tokens = 0;          // of them, already in the KV cache
   double prefill_seconds = 0;
   double decode_seconds = 0;      // first sampled token to the last one
+  int decode_steps = 0;           // one-token forward steps in decode_seconds
 };
 
 class Session {

@@ -167,6 +167,16 @@ TEST(Sampler, MinPKeepsTokensAtLeastMinPTimesTheBest) {
   EXPECT_EQ(kept(0.05f), (std::set<int32_t>{0, 1, 2, 3}));
 }
 
+TEST(Sampler, MinPRunsAfterTopPAsInTransformers) {
+  // Top-p on the full distribution keeps {0, 1, 2} (0.4 + 0.3 < 0.75); had min-p (which drops
+  // id 3) run first, top-p would see 0.44 + 0.33 >= 0.75 and keep only {0, 1}.
+  SamplingParams p = plain();
+  p.top_p = 0.75f;
+  p.min_p = 0.3f;
+  Sampler s(p, 4);
+  EXPECT_EQ(kept_ids(s, logits_of({0.4, 0.3, 0.2, 0.1})), (std::set<int32_t>{0, 1, 2}));
+}
+
 TEST(Sampler, TemperatureScalesTheLogitsBeforeTruncation) {
   const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
   SamplingParams p = plain(2.0f);
