@@ -14,7 +14,6 @@
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/http_server.h"
-#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -40,9 +39,8 @@ int serve(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto engine = lumen::runtime::Engine::load(o.model);
-  if (!engine->tokenizer())
-    if (auto found = lumen::tokenizer::find_tokenizer(o.model)) engine->set_tokenizer(std::move(found));
+  const std::string model_path = lumen::cli::resolve_model_path(o.model);
+  auto engine = lumen::runtime::Engine::load(model_path);
   const auto& tokenizer = engine->require_tokenizer();
 
   const auto& spec = engine->spec();
@@ -50,11 +48,15 @@ int serve(const ServeOptions& o) {
   so.host = o.host;
   so.port = o.port;
   so.api_key = o.api_key;
-  so.model_name = o.name.empty() ? fs::path(o.model).lexically_normal().filename().string() : o.name;
-  if (so.model_name.empty()) so.model_name = fs::path(o.model).lexically_normal().parent_path().filename().string();
+  so.model_name = o.name;
+  if (so.model_name.empty()) {  // the directory or file name, without a trailing slash or extension
+    fs::path p = fs::path(model_path).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    so.model_name = fs::is_directory(p) ? p.filename().string() : p.stem().string();
+  }
   so.context_length = spec.max_positions > 0 ? std::min(o.ctx, spec.max_positions) : o.ctx;
   so.max_body_bytes = o.max_body;
-  so.sampling_defaults = lumen::runtime::default_sampling(o.model);
+  so.sampling_defaults = lumen::runtime::default_sampling(model_path);
   // Each streaming client holds a connection thread; leave room for the queue and for
   // /health and /metrics next to them.
   so.http_threads = o.http_threads > 0 ? o.http_threads : o.parallel + o.queue + 8;

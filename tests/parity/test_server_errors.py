@@ -124,7 +124,8 @@ def test_full_queue_gets_429():
                                                          "logit_bias": NO_STOP}),
                           headers={"Content-Type": "application/json"})
                 conns.append(c)
-            assert ss.wait_for(lambda: server.metrics()["lumen_queue_depth"] == 1), server.metrics()
+            assert ss.wait_for(lambda: (lambda m: m["lumen_active_sequences"] == 1 and m["lumen_queue_depth"] == 1)(
+                server.metrics())), server.metrics()
             status, resp, headers = server.post(CHAT, {"messages": HELLO, "max_tokens": 2})
             err = error_of(status, resp, 429, "queue_full")
             assert err["type"] == "rate_limit_error"
