@@ -105,7 +105,10 @@ std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request) {
   auto ticket = pending->ticket;
   {
     std::lock_guard lock(mutex_);
-    if (int(queue_.size()) >= options_.max_queued) {
+    // Requests the worker has not picked up yet but will admit at once (free slots) do not
+    // count against the waiting room.
+    const int64_t free_slots = std::max<int64_t>(0, options_.max_active - stats_.active);
+    if (int64_t(queue_.size()) >= options_.max_queued + free_slots) {
       ++stats_.rejected;
       return nullptr;
     }
