@@ -108,7 +108,7 @@ int run_chat(const ChatOptions& o) {
 LUMEN_COMMAND(15, [](CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   auto* cmd = app.add_subcommand("chat", "Interactive multi-turn chat");
-  cmd->add_option("-m,--model", o->model, "Model directory")->required();
+  cmd->add_option("-m,--model", o->model, "Model directory or .gguf file (default: the installed Gemma 3 270M)");
   cmd->add_option("--system", o->system, "System message");
   cmd->add_option("-n,--n-predict", o->n, "Most tokens per answer (default 1024)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--stop", o->stops, "Stop an answer when this text appears (repeatable)");

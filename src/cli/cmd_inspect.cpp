@@ -15,8 +15,8 @@ struct InspectOptions {
 
 LUMEN_COMMAND(50, [](CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
-  auto* cmd = app.add_subcommand("inspect", "Print the model spec of a model directory, config.json or manifest");
-  cmd->add_option("path", opts->path, "Model directory, config.json or doppler.execution/v1 manifest")->required();
+  auto* cmd = app.add_subcommand("inspect", "Print the model spec of a model directory, config.json, manifest or GGUF file");
+  cmd->add_option("path", opts->path, "Model directory, config.json, doppler.execution/v1 manifest or .gguf file")->required();
   cmd->add_flag("--json", opts->json, "Print JSON instead of text");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const lumen::spec::ModelSpec spec = lumen::spec::load_spec(opts->path);

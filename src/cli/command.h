@@ -28,8 +28,12 @@ std::vector<std::pair<int, Registration>>& registered_commands();
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag = "--tokens");
 std::string ids_to_json(const std::vector<int32_t>& ids);
 
-// The model a command runs: the -m argument as given (the place to add a default model).
-std::string resolve_model_path(std::string model);
+// The model a command runs: `given` (the -m value) when not empty, else $LUMEN_MODEL, else
+// the default model scripts/setup installs (models/gemma-3-270m-q4_k_m.gguf of the source
+// tree). Throws lumen::Error telling the user to run scripts/setup when it is not installed.
+std::string resolve_model_path(const std::string& given);
+// Where the default model is (or would be) installed.
+std::string default_model_path();
 
 }  // namespace lumen::cli
 

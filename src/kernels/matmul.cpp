@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/ggml_dequant.h"
 #include "kernels/thread_pool.h"
 
 namespace lumen::kernels {
@@ -42,7 +43,8 @@ const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch,
       }
       break;
     default:
-      break;  // f16 and block formats: the reference expansion below
+      if (dequantize_row_fast(w.format, base, w.cols, scratch)) return scratch;
+      break;  // f16 and the other block formats: the reference expansion below
   }
   quant::dequantize_row(w, r, scratch);
   return scratch;

@@ -10,6 +10,10 @@
 #include "quant/weight_matrix.h"
 #include "spec/model_spec.h"
 
+namespace lumen::formats {
+class GgufFile;
+}
+
 namespace lumen::model {
 
 struct LayerWeights {
@@ -38,5 +42,11 @@ using TensorLookup = std::function<const formats::TensorView*(const std::string&
 // naming the file and tensor on any mismatch.
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
                           const std::vector<std::string>& all_names, const std::string& source);
+
+// The same from a GGUF file (llama.cpp's tensor names: token_embd, blk.N.attn_q, ...).
+// Matrices stay in the file's ggml block format; norm gains are read into f32. Throws
+// lumen::Error with one line naming the file and tensor on a missing tensor, a wrong shape,
+// an unsupported type, or a tensor the spec does not account for.
+ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufFile& file);
 
 }  // namespace lumen::model

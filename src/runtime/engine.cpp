@@ -11,11 +11,21 @@ namespace lumen::runtime {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
-  std::error_code ec;
-  if (!fs::is_directory(model_path, ec))
-    throw Error(model_path + ": not a model directory (expected config.json and *.safetensors)");
   std::unique_ptr<Engine> engine(new Engine());
-  engine->path_ = model_path;
+  if (spec::is_gguf_file(model_path)) {
+    engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
+    spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
+    model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
+    engine->path_ = model_path;
+    return engine;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(model_path, ec)) {
+    if (fs::is_regular_file(model_path, ec))
+      throw Error(model_path + ": not a GGUF file (no 'GGUF' magic) and not a model directory");
+    throw Error(model_path + ": not a model directory (expected config.json and *.safetensors) or .gguf file");
+  }
   spec::ModelSpec spec = spec::load_spec(model_path);
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
@@ -27,6 +37,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
 
 const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
+  if (!tokenizer_looked_up_ && gguf_) {
+    // A GGUF file carries its tokenizer in its metadata (tokenizer.ggml.*).
+    if (gguf_->has("tokenizer.ggml.tokens")) tokenizer_ = tokenizer::load_gguf_tokenizer(gguf_->tokenizer(), path_);
+    tokenizer_looked_up_ = true;
+  }
   if (!tokenizer_looked_up_) {
     std::error_code ec;
     if (fs::is_directory(path_, ec))
@@ -48,7 +63,8 @@ void Engine::set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer) {
 
 const tokenizer::Tokenizer& Engine::require_tokenizer() const {
   if (!tokenizer())
-    throw Error(path_ + ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)");
+    throw Error(path_ + (gguf_ ? ": the GGUF file has no tokenizer (no tokenizer.ggml.* metadata)"
+                               : ": the model has no tokenizer (expected tokenizer.json or tokenizer.model next to config.json)"));
   return *tokenizer_;
 }
 

@@ -1,5 +1,5 @@
 // The engine: a loaded model (spec + mapped weights + graph) and the generation loops
-// that drive it. A model directory holds config.json and safetensors shards.
+// that drive it. A model is a directory (config.json and safetensors shards) or a GGUF file.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
 #include "spec/model_spec.h"
@@ -19,8 +20,12 @@ namespace lumen::runtime {
 
 class Engine {
  public:
-  // Throws lumen::Error (one line naming the file, tensor or field) on any defect.
+  // `model_path`: a model directory (config.json + safetensors) or a .gguf file. Throws
+  // lumen::Error (one line naming the file, tensor or field) on any defect.
   static std::unique_ptr<Engine> load(const std::string& model_path);
+
+  // The GGUF file the model was loaded from (its tokenizer metadata); nullptr otherwise.
+  const formats::GgufFile* gguf() const { return gguf_.get(); }
 
   const spec::ModelSpec& spec() const { return model_->spec(); }
   const model::GemmaModel& model() const { return *model_; }
@@ -48,6 +53,7 @@ class Engine {
  private:
   Engine() = default;
   formats::SafetensorsCheckpoint checkpoint_;
+  std::unique_ptr<formats::GgufFile> gguf_;  // owns the mapping the weights point into
   std::unique_ptr<model::GemmaModel> model_;
   mutable std::mutex tokenizer_mutex_;
   mutable bool tokenizer_looked_up_ = false;

@@ -10,6 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace lumen::formats {
+class GgufFile;
+}
+
 namespace lumen::spec {
 
 enum class AttentionKind { Sliding, Full };
@@ -64,9 +68,9 @@ struct Unsupported {
 
 struct ModelSpec {
   std::string source;       // path it was built from
-  std::string source_kind;  // "hf-config" | "manifest"
+  std::string source_kind;  // "hf-config" | "manifest" | "gguf"
   std::string model_type;   // e.g. "gemma4_unified_text"
-  std::string family = "gemma4";
+  std::string family = "gemma4";  // "gemma4" | "gemma3"
 
   int vocab_size = 0;
   int hidden_size = 0;
@@ -106,8 +110,17 @@ ModelSpec spec_from_hf_config(const nlohmann::json& config, const std::string& s
 // `runtime.rawConfig`, `runtime.manifestInference`).
 ModelSpec spec_from_manifest(const nlohmann::json& manifest, const std::string& source);
 
-// `path`: a model directory (its config.json), a config.json, or a manifest .json.
+// Builds the spec from a GGUF file's metadata (`general.architecture` gemma3; see
+// gguf_spec.cpp for what llama.cpp's converter leaves implicit). Also needs the file's
+// token_embd.weight (the vocabulary size) and tokenizer metadata (special ids, stop ids).
+ModelSpec spec_from_gguf(const formats::GgufFile& file);
+
+// `path`: a model directory (its config.json), a config.json, a manifest .json, or a GGUF
+// file (recognized by its "GGUF" magic).
 ModelSpec load_spec(const std::string& path);
+
+// True when `path` is a regular file starting with the GGUF magic.
+bool is_gguf_file(const std::string& path);
 
 nlohmann::json spec_to_json(const ModelSpec& spec);
 std::string spec_to_text(const ModelSpec& spec);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "formats/gguf.h"
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
 
@@ -380,8 +381,17 @@ std::string join_ints(const std::vector<int>& values) {
 
 }  // namespace
 
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
 ModelSpec load_spec(const std::string& path) {
   namespace fs = std::filesystem;
+  if (is_gguf_file(path)) return spec_from_gguf(formats::GgufFile::open(path));
   std::error_code ec;
   fs::path file(path);
   if (fs::is_directory(file, ec)) file /= "config.json";
