@@ -1,0 +1,273 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "kv/contiguous_cache.h"
+
+namespace lumen::runtime {
+
+// ------------------------------------------------------------------------------- Ticket
+
+bool Ticket::wait(std::chrono::milliseconds timeout, std::string& text) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return done_ || !pending_.empty(); });
+  text += pending_;
+  pending_.clear();
+  return done_;
+}
+
+void Ticket::cancel() { cancel_requested_.store(true); }
+
+FinishReason Ticket::finish_reason() const {
+  std::lock_guard lock(mutex_);
+  return reason_;
+}
+
+const std::string& Ticket::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+int Ticket::prompt_tokens() const {
+  std::lock_guard lock(mutex_);
+  return prompt_tokens_;
+}
+
+int Ticket::completion_tokens() const {
+  std::lock_guard lock(mutex_);
+  return completion_tokens_;
+}
+
+void Ticket::push(const std::string& text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    pending_ += text;
+  }
+  changed_.notify_all();
+}
+
+void Ticket::finish(FinishReason reason, int completion_tokens, std::string error) {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    reason_ = reason;
+    completion_tokens_ = completion_tokens;
+    error_ = std::move(error);
+  }
+  changed_.notify_all();
+}
+
+// ---------------------------------------------------------------------------- Scheduler
+
+struct Scheduler::Pending {
+  std::shared_ptr<Ticket> ticket;
+  std::unique_ptr<Generation> generation;
+};
+
+struct Scheduler::Active {
+  std::shared_ptr<Ticket> ticket;
+  std::unique_ptr<Generation> generation;
+  kv::ContiguousCache cache;
+  size_t prompt_done = 0;  // prompt rows already run
+  int32_t next_pos = 0;    // position of the next row
+
+  Active(Pending&& p, const spec::ModelSpec& spec)
+      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(spec) {}
+  bool prefilling() const { return prompt_done < generation->request().prompt.size(); }
+};
+
+Scheduler::Scheduler(const model::GemmaModel& model, const tokenizer::Tokenizer& tokenizer,
+                     SchedulerOptions options)
+    : model_(model), tokenizer_(tokenizer), options_(options) {
+  options_.max_active = std::max(1, options_.max_active);
+  options_.max_queued = std::max(0, options_.max_queued);
+  options_.prefill_chunk = std::max(1, options_.prefill_chunk);
+  worker_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request) {
+  const int prompt_tokens = int(request.prompt.size());
+  auto pending = std::make_unique<Pending>();
+  pending->generation = std::make_unique<Generation>(std::move(request), tokenizer_, model_.spec().vocab_size);
+  pending->ticket = std::make_shared<Ticket>();
+  pending->ticket->prompt_tokens_ = prompt_tokens;
+  auto ticket = pending->ticket;
+  {
+    std::lock_guard lock(mutex_);
+    // Requests the worker has not picked up yet but will admit at once (free slots) do not
+    // count against the waiting room.
+    const int64_t free_slots = std::max<int64_t>(0, options_.max_active - stats_.active);
+    if (int64_t(queue_.size()) >= options_.max_queued + free_slots) {
+      ++stats_.rejected;
+      return nullptr;
+    }
+    queue_.push_back(std::move(pending));
+    stats_.queued = int64_t(queue_.size());
+  }
+  wake_.notify_all();
+  return ticket;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Scheduler::run() {
+  std::vector<std::unique_ptr<Active>> active;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
+      if (stopping_) break;
+      // Newcomers join between steps.
+      while (int(active.size()) < options_.max_active && !queue_.empty()) {
+        auto p = std::move(queue_.front());
+        queue_.pop_front();
+        if (p->ticket->cancel_requested()) {
+          p->ticket->finish(FinishReason::Cancelled, 0);
+          ++stats_.cancelled;
+          continue;
+        }
+        active.push_back(std::make_unique<Active>(std::move(*p), model_.spec()));
+      }
+      stats_.queued = int64_t(queue_.size());
+      stats_.active = int64_t(active.size());
+    }
+    if (!active.empty()) step(active);
+  }
+  // Shutting down: whatever is left ends as cancelled.
+  std::lock_guard lock(mutex_);
+  for (auto& a : active) a->ticket->finish(FinishReason::Cancelled, int(a->generation->generated().size()));
+  for (auto& p : queue_) p->ticket->finish(FinishReason::Cancelled, 0);
+  queue_.clear();
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
+  int64_t cancelled = 0, completed = 0, failed = 0;
+  // Tickets are finished only after the stats are updated, so a caller that sees its ticket
+  // done also sees the counters and the freed slot.
+  struct Ending {
+    std::shared_ptr<Ticket> ticket;
+    FinishReason reason;
+    int tokens;
+    std::string error;
+  };
+  std::vector<Ending> endings;
+  // A client that went away frees its sequence now.
+  std::erase_if(active, [&](const std::unique_ptr<Active>& a) {
+    if (!a->ticket->cancel_requested()) return false;
+    a->generation->cancel();
+    endings.push_back({a->ticket, FinishReason::Cancelled, int(a->generation->generated().size()), {}});
+    ++cancelled;
+    return true;
+  });
+
+  std::vector<model::BatchRow> rows;
+  std::vector<model::SequenceKv*> caches;
+  std::vector<size_t> logit_owner;  // active index of each row that asks for logits
+  int64_t decode_rows = 0, prefill_rows = 0;
+  const int32_t max_positions = model_.spec().max_positions;
+
+  // Every running sequence decodes one token per step.
+  for (size_t i = 0; i < active.size(); ++i) {
+    Active& a = *active[i];
+    caches.push_back(&a.cache);
+    if (a.prefilling()) continue;
+    rows.push_back({int32_t(i), a.next_pos++, a.generation->next_input(), true});
+    logit_owner.push_back(i);
+    ++decode_rows;
+  }
+  // Then prompt rows, oldest newcomer first, up to the chunk budget.
+  int budget = options_.prefill_chunk;
+  for (size_t i = 0; i < active.size() && budget > 0; ++i) {
+    Active& a = *active[i];
+    const auto& prompt = a.generation->request().prompt;
+    while (a.prefilling() && budget > 0) {
+      const bool last = a.prompt_done + 1 == prompt.size();
+      rows.push_back({int32_t(i), a.next_pos++, prompt[a.prompt_done], last});
+      if (last) logit_owner.push_back(i);
+      ++a.prompt_done;
+      ++prefill_rows;
+      --budget;
+    }
+  }
+
+  std::vector<float> logits;
+  std::string failure;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!rows.empty()) {
+    try {
+      model_.forward(rows, caches, logits);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  if (!failure.empty()) {
+    // The step's state is unknown for every sequence in it: end them all with the error.
+    for (auto& a : active) endings.push_back({a->ticket, FinishReason::None, int(a->generation->generated().size()), failure});
+    failed = int64_t(active.size());
+    active.clear();
+  } else {
+    const int64_t V = model_.spec().vocab_size;
+    std::vector<bool> done(active.size(), false);
+    for (size_t r = 0; r < logit_owner.size(); ++r) {
+      Active& a = *active[logit_owner[r]];
+      std::string text;
+      try {
+        text = a.generation->accept(std::span<float>(logits.data() + int64_t(r) * V, size_t(V)));
+      } catch (const std::exception& e) {
+        endings.push_back({a.ticket, FinishReason::None, int(a.generation->generated().size()), e.what()});
+        done[logit_owner[r]] = true;
+        ++failed;
+        continue;
+      }
+      a.ticket->push(text);
+      const bool out_of_context = max_positions > 0 && a.next_pos >= max_positions;
+      if (a.generation->finished() || out_of_context) {
+        FinishReason reason = a.generation->finish_reason();
+        if (!a.generation->finished()) {
+          a.generation->cancel();
+          reason = FinishReason::Length;
+        }
+        endings.push_back({a.ticket, reason, int(a.generation->generated().size()), {}});
+        done[logit_owner[r]] = true;
+        ++completed;
+      }
+    }
+    for (size_t i = active.size(); i-- > 0;)
+      if (done[i]) active.erase(active.begin() + int64_t(i));
+  }
+
+  {
+    std::lock_guard lock(mutex_);
+    stats_.cancelled += cancelled;
+    stats_.completed += completed;
+    stats_.failed += failed;
+    stats_.prefill_tokens += prefill_rows;
+    stats_.decode_tokens += decode_rows;
+    const int64_t all_rows = prefill_rows + decode_rows;
+    if (all_rows > 0) {
+      stats_.prefill_seconds += seconds * double(prefill_rows) / double(all_rows);
+      stats_.decode_seconds += seconds * double(decode_rows) / double(all_rows);
+      ++stats_.steps;
+    }
+    stats_.active = int64_t(active.size());
+  }
+  for (auto& e : endings) e.ticket->finish(e.reason, e.tokens, std::move(e.error));
+}
+
+}  // namespace lumen::runtime

@@ -1,0 +1,356 @@
+#include "server/http_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <random>
+
+#include <httplib.h>
+
+#include "base/error.h"
+#include "runtime/scheduler.h"
+#include "server/chat_page.h"
+#include "server/metrics.h"
+#include "server/openai_api.h"
+#include "spec/model_spec.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lumen::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// A stream with nothing to say (queued, long prefill) still writes an SSE comment this often,
+// so a client that went away is noticed and its sequence freed.
+constexpr auto kKeepAliveInterval = std::chrono::milliseconds(1000);
+
+void reply_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void reply_error(httplib::Response& res, const ApiError& e) { reply_json(res, e.status, error_body(e)); }
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Compares without an early exit so the key cannot be guessed byte by byte from timings.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
+const char* finish_name(runtime::FinishReason reason) {
+  return reason == runtime::FinishReason::Length ? "length" : "stop";
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions options;
+  const spec::ModelSpec& spec;
+  const tokenizer::Tokenizer& tokenizer;
+  runtime::Scheduler& scheduler;
+  tokenizer::ChatFormat chat_format;
+  std::vector<int32_t> chat_stop_tokens;
+  std::vector<int32_t> text_stop_tokens;
+  runtime::SamplingParams defaults;
+  Metrics metrics;
+  httplib::Server http;
+  std::mutex rng_mutex;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  Impl(ServerOptions o, const spec::ModelSpec& s, const tokenizer::Tokenizer& t, runtime::Scheduler& sch)
+      : options(std::move(o)), spec(s), tokenizer(t), scheduler(sch) {
+    chat_format = tokenizer::detect_chat_format(spec, tokenizer);
+    chat_stop_tokens = tokenizer::chat_stop_tokens(chat_format, spec, tokenizer);
+    text_stop_tokens.assign(spec.tokens.stop.begin(), spec.tokens.stop.end());
+    if (tokenizer.eos_id() >= 0) text_stop_tokens.push_back(tokenizer.eos_id());
+    defaults = options.sampling_defaults;
+    routes();
+  }
+
+  uint64_t random() {
+    std::lock_guard lock(rng_mutex);
+    return rng();
+  }
+
+  std::string new_id(const char* prefix) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string id = prefix;
+    uint64_t a = random(), b = random();
+    for (int i = 0; i < 16; ++i) id += kHex[(a >> (4 * i)) & 15];
+    for (int i = 0; i < 8; ++i) id += kHex[(b >> (4 * i)) & 15];
+    return id;
+  }
+
+  bool needs_key(const std::string& path) const {
+    return !options.api_key.empty() && (path.rfind("/v1/", 0) == 0 || path == "/metrics");
+  }
+
+  void routes() {
+    const int threads = std::max(4, options.http_threads);
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http.set_payload_max_length(options.max_body_bytes);
+    http.set_read_timeout(30, 0);
+    http.set_write_timeout(30, 0);
+    http.set_keep_alive_timeout(5);
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!needs_key(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      const std::string prefix = "Bearer ";
+      if (auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), options.api_key))
+        return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("WWW-Authenticate", "Bearer");
+      reply_error(res, ApiError(401,
+                                auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                             : "invalid API key",
+                                "", "invalid_api_key", "authentication_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Whatever httplib answers by itself (404, 413, 400 on a broken request line) gets a
+    // JSON error object too.
+    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Handled;
+      std::string message, code;
+      switch (res.status) {
+        case 404: message = "no such endpoint: " + printable(req.method) + " " + printable(req.path); code = "not_found"; break;
+        case 413: message = "request body too large"; code = "request_too_large"; break;
+        default: message = "bad request"; code = "bad_request"; break;
+      }
+      reply_json(res, res.status, error_body(message, "invalid_request_error", "", code));
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string message = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        message = printable(e.what());
+      } catch (...) {
+      }
+      reply_json(res, 500, error_body(message, "server_error", "", "internal_error"));
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics.count_request(req.path, res.status);
+    });
+
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view page = chat_page_html();
+      res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      reply_json(res, 200, {{"status", "ok"}, {"model", options.model_name}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const auto& o = scheduler.options();
+      res.set_content(metrics.render(scheduler.stats(), o.max_active, o.max_queued), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      reply_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
+    });
+    http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] == options.model_name) return reply_json(res, 200, model_object());
+      reply_error(res, ApiError(404, "no model '" + printable(req.matches[1].str()) + "' (this server has '" +
+                                         options.model_name + "')", "model", "model_not_found"));
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, true);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, false);
+    });
+  }
+
+  json model_object() const {
+    return {{"id", options.model_name},
+            {"object", "model"},
+            {"created", 0},
+            {"owned_by", "lumen"},
+            {"context_length", options.context_length}};
+  }
+
+  // Request -> prompt tokens and a GenerationRequest; ApiError for anything wrong with it.
+  runtime::GenerationRequest prepare(const ApiRequest& api) {
+    std::vector<int32_t> prompt;
+    try {
+      if (api.chat) {
+        const std::string text = tokenizer::render_chat(chat_format, api.messages);
+        prompt = tokenizer.encode(text, /*parse_special=*/true);
+      } else if (api.prompt_is_ids) {
+        for (int32_t id : api.prompt_ids)
+          if (id >= tokenizer.vocab_size() || id >= spec.vocab_size)
+            throw ApiError(400, "'prompt' token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                    std::to_string(spec.vocab_size) + ")", "prompt", "invalid_value");
+        prompt = api.prompt_ids;
+      } else {
+        prompt = tokenizer.encode(api.prompt_text, /*parse_special=*/true);
+        const int32_t bos = tokenizer.bos_id();
+        if (bos >= 0 && (prompt.empty() || prompt.front() != bos)) prompt.insert(prompt.begin(), bos);
+      }
+    } catch (const Error& e) {  // unknown role, message order the format cannot express, bad UTF-8
+      throw ApiError(400, printable(e.what()), api.chat ? "messages" : "prompt", "invalid_value");
+    }
+    if (prompt.empty()) throw ApiError(400, "the prompt is empty", api.chat ? "messages" : "prompt", "invalid_value");
+    const int n = int(prompt.size());
+    if (n >= options.context_length)
+      throw ApiError(400, "the prompt is " + std::to_string(n) + " tokens; this server's context holds " +
+                              std::to_string(options.context_length) + " (prompt and completion together)",
+                     api.chat ? "messages" : "prompt", "context_length_exceeded");
+    try {
+      runtime::validate(api.sampling, spec.vocab_size);
+    } catch (const Error& e) {
+      throw ApiError(400, printable(e.what()), "", "invalid_value");
+    }
+
+    runtime::GenerationRequest g;
+    g.prompt = std::move(prompt);
+    g.sampling = api.sampling;
+    if (!api.seed_given) g.sampling.seed = random();
+    const int room = options.context_length - n;
+    g.max_tokens = std::min(api.max_tokens.value_or(room), room);
+    g.stop_tokens = api.chat ? chat_stop_tokens : text_stop_tokens;
+    g.stop_strings = api.stop;
+    return g;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    ApiRequest api;
+    std::shared_ptr<runtime::Ticket> ticket;
+    int prompt_tokens = 0;
+    try {
+      api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
+      runtime::GenerationRequest g = prepare(api);
+      prompt_tokens = int(g.prompt.size());
+      try {
+        ticket = scheduler.submit(std::move(g));
+      } catch (const Error& e) {  // a sampling parameter the sampler refuses
+        throw ApiError(400, printable(e.what()), "", "invalid_value");
+      }
+      if (!ticket) {
+        res.set_header("Retry-After", "1");
+        throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
+                                " requests are already waiting; retry later",
+                       "", "queue_full", "rate_limit_error");
+      }
+    } catch (const ApiError& e) {
+      return reply_error(res, e);
+    }
+
+    const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
+    const int64_t created = unix_time();
+    if (api.stream) return stream(res, std::move(ticket), chat, api.include_usage, id, created, prompt_tokens);
+
+    std::string text;
+    while (!ticket->wait(std::chrono::milliseconds(500), text)) {
+    }
+    if (!ticket->error().empty())
+      return reply_json(res, 500, error_body("generation failed: " + printable(ticket->error()), "server_error", "",
+                                             "generation_failed"));
+    const Usage usage{prompt_tokens, ticket->completion_tokens()};
+    metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
+    const std::string reason = finish_name(ticket->finish_reason());
+    reply_json(res, 200, chat ? chat_completion(id, created, options.model_name, text, reason, usage)
+                              : text_completion(id, created, options.model_name, text, reason, usage));
+  }
+
+  struct StreamState {
+    std::shared_ptr<runtime::Ticket> ticket;
+    bool chat = true, include_usage = false, started = false, over = false;
+    std::string id;
+    int64_t created = 0;
+    int prompt_tokens = 0;
+    Clock::time_point last_write = Clock::now();
+  };
+
+  void stream(httplib::Response& res, std::shared_ptr<runtime::Ticket> ticket, bool chat, bool include_usage,
+              const std::string& id, int64_t created, int prompt_tokens) {
+    auto st = std::make_shared<StreamState>();
+    st->ticket = std::move(ticket);
+    st->chat = chat;
+    st->include_usage = include_usage;
+    st->id = id;
+    st->created = created;
+    st->prompt_tokens = prompt_tokens;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& data) {
+            st->last_write = Clock::now();
+            return sink.write(data.data(), data.size());
+          };
+          const std::string& model = options.model_name;
+          if (!st->started) {
+            st->started = true;
+            if (st->chat && !send(sse_event(chat_chunk(st->id, st->created, model,
+                                                       {{"role", "assistant"}, {"content", ""}}, ""))))
+              return false;
+          }
+          std::string text;
+          const bool done = st->ticket->wait(kPollInterval, text);
+          if (!text.empty()) {
+            const json chunk = st->chat ? chat_chunk(st->id, st->created, model, {{"content", text}}, "")
+                                        : text_chunk(st->id, st->created, model, text, "");
+            if (!send(sse_event(chunk))) return false;  // the client went away: the releaser cancels
+          } else if (!done && Clock::now() - st->last_write >= kKeepAliveInterval) {
+            if (!send(": keep-alive\n\n")) return false;
+          }
+          if (!done) return true;
+
+          st->over = true;
+          if (!st->ticket->error().empty()) {
+            send(sse_event(error_body("generation failed: " + printable(st->ticket->error()), "server_error", "",
+                                      "generation_failed")));
+          } else {
+            const Usage usage{st->prompt_tokens, st->ticket->completion_tokens()};
+            metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
+            const std::string reason = finish_name(st->ticket->finish_reason());
+            const json last = st->chat ? chat_chunk(st->id, st->created, model, json::object(), reason)
+                                       : text_chunk(st->id, st->created, model, "", reason);
+            if (!send(sse_event(last))) return false;
+            if (st->include_usage && !send(sse_event(usage_chunk(st->id, st->created, model, st->chat, usage))))
+              return false;
+          }
+          send(kSseDone);
+          sink.done();
+          return true;
+        },
+        [st](bool) {
+          // Runs when the response ends for any reason; a stream cut short frees its sequence.
+          if (!st->over) st->ticket->cancel();
+        });
+  }
+};
+
+Server::Server(ServerOptions options, const spec::ModelSpec& spec, const tokenizer::Tokenizer& tokenizer,
+               runtime::Scheduler& scheduler)
+    : impl_(std::make_unique<Impl>(std::move(options), spec, tokenizer, scheduler)) {}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  auto& o = impl_->options;
+  int port = -1;
+  if (o.port == 0)
+    port = impl_->http.bind_to_any_port(o.host);
+  else
+    port = impl_->http.bind_to_port(o.host, o.port) ? o.port : -1;
+  if (port <= 0) throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (address in use or not local?)");
+  o.port = port;
+  return port;
+}
+
+void Server::listen() { impl_->http.listen_after_bind(); }
+
+void Server::stop() { impl_->http.stop(); }
+
+}  // namespace lumen::server

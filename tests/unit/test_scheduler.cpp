@@ -1,0 +1,173 @@
+// Scheduler: sequences decoded together (with chunked prefill interleaved) produce exactly
+// what each produces alone; a full queue refuses; a cancelled sequence leaves at the next step.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fake_tokenizer.h"
+#include "kv/contiguous_cache.h"
+#include "runtime/scheduler.h"
+#include "tiny_model.h"
+
+using namespace lumen;
+using runtime::FinishReason;
+using runtime::GenerationRequest;
+using runtime::Scheduler;
+using runtime::SchedulerOptions;
+
+namespace {
+
+test_support::FakeTokenizer letters() {
+  std::vector<test_support::FakeTokenizer::Entry> e = {{"<pad>", true}, {"<eos>", true}, {"<bos>", true}};
+  for (int i = 3; i < 32; ++i) e.push_back({std::string(1, char('a' + i - 3))});
+  return test_support::FakeTokenizer(std::move(e));
+}
+
+const test_support::TinyModel& tiny() {
+  static test_support::TinyModel m(test_support::tiny_model_spec(32, 3, 64));
+  return m;
+}
+
+GenerationRequest request(std::vector<int32_t> prompt, int n, float temperature, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.max_tokens = n;
+  return r;
+}
+
+// One sequence alone, one row per step: the reference the batched run must match.
+std::vector<int32_t> alone(const GenerationRequest& req, const tokenizer::Tokenizer& tok) {
+  const auto& model = tiny().model();
+  runtime::Generation g(req, tok, model.spec().vocab_size);
+  kv::ContiguousCache cache(model.spec());
+  model::SequenceKv* caches[] = {&cache};
+  std::vector<float> logits;
+  int32_t pos = 0;
+  for (size_t i = 0; i < req.prompt.size(); ++i) {
+    const model::BatchRow row{0, pos++, req.prompt[i], i + 1 == req.prompt.size()};
+    model.forward(std::span(&row, 1), caches, logits);
+  }
+  for (;;) {
+    g.accept(logits);
+    if (g.finished()) break;
+    const model::BatchRow row{0, pos++, g.next_input(), true};
+    model.forward(std::span(&row, 1), caches, logits);
+  }
+  return g.generated();
+}
+
+std::string drain(runtime::Ticket& t) {
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!t.wait(std::chrono::milliseconds(50), text))
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "ticket did not finish";
+      break;
+    }
+  return text;
+}
+
+template <class Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 400; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(Scheduler, BatchedSequencesMatchEachAlone) {
+  const auto tok = letters();
+  const std::vector<GenerationRequest> reqs = {
+      request({2, 5, 9, 14, 3, 7, 22, 8, 11}, 12, 0.0f, 0),
+      request({2, 30, 4}, 15, 0.9f, 7),
+      request({2, 6, 6, 6, 19, 20, 21, 25, 26, 27, 28, 12, 13}, 9, 0.7f, 1234),
+      request({2, 17}, 10, 0.0f, 0),
+  };
+  // References first: the kernels' thread pool serves one forward() at a time, and while
+  // the scheduler runs, its worker is the only caller.
+  std::vector<std::vector<int32_t>> wants;
+  for (const auto& r : reqs) wants.push_back(alone(r, tok));
+  SchedulerOptions opts;
+  opts.max_active = 3;    // the fourth waits for a slot
+  opts.max_queued = 8;
+  opts.prefill_chunk = 3;  // prompts arrive in chunks while others decode
+  Scheduler s(tiny().model(), tok, opts);
+  std::vector<std::shared_ptr<runtime::Ticket>> tickets;
+  for (const auto& r : reqs) tickets.push_back(s.submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(tickets[i]);
+    const std::string text = drain(*tickets[i]);
+    const auto& want = wants[i];
+    EXPECT_EQ(tickets[i]->finish_reason(), FinishReason::Length) << i;
+    EXPECT_EQ(tickets[i]->completion_tokens(), int(want.size())) << i;
+    EXPECT_EQ(tickets[i]->prompt_tokens(), int(reqs[i].prompt.size())) << i;
+    EXPECT_EQ(text, tok.decode(want, true)) << "request " << i;
+  }
+  const auto st = s.stats();
+  EXPECT_EQ(st.completed, 4);
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.queued, 0);
+  int64_t prompt_rows = 0, decode_rows = 0;
+  for (const auto& r : reqs) {
+    prompt_rows += int64_t(r.prompt.size());
+    decode_rows += r.max_tokens - 1;  // the first token comes from the last prompt row
+  }
+  EXPECT_EQ(st.prefill_tokens, prompt_rows);
+  EXPECT_EQ(st.decode_tokens, decode_rows);
+  // Batching happened: fewer steps than rows.
+  EXPECT_LT(st.steps, prompt_rows + decode_rows);
+}
+
+TEST(Scheduler, FullQueueRefusesAndCancelFreesTheSlot) {
+  const auto tok = letters();
+  SchedulerOptions opts;
+  opts.max_active = 1;
+  opts.max_queued = 1;
+  // A context and max_tokens so large that the first request runs until it is cancelled.
+  static const test_support::TinyModel roomy(test_support::tiny_model_spec(32, 3, 1 << 20));
+  Scheduler s(roomy.model(), tok, opts);
+  auto running = s.submit(request({2, 5, 6}, 1 << 19, 0.0f, 0));
+  ASSERT_TRUE(running);
+  ASSERT_TRUE(eventually([&] { return s.stats().active == 1; }));
+  auto waiting = s.submit(request({2, 7}, 3, 0.0f, 0));
+  ASSERT_TRUE(waiting);
+  EXPECT_EQ(s.submit(request({2, 8}, 3, 0.0f, 0)), nullptr) << "the queue holds one";
+  EXPECT_EQ(s.stats().rejected, 1);
+
+  running->cancel();
+  drain(*running);
+  EXPECT_EQ(running->finish_reason(), FinishReason::Cancelled);
+  EXPECT_LT(running->completion_tokens(), 1 << 19);
+  // The waiting request gets the freed slot and completes.
+  drain(*waiting);
+  EXPECT_EQ(waiting->finish_reason(), FinishReason::Length);
+  EXPECT_EQ(waiting->completion_tokens(), 3);
+  const auto st = s.stats();
+  EXPECT_EQ(st.cancelled, 1);
+  EXPECT_EQ(st.completed, 1);
+  EXPECT_EQ(st.active, 0);
+}
+
+TEST(Scheduler, ContextLimitEndsWithLength) {
+  const auto tok = letters();
+  Scheduler s(tiny().model(), tok, {});
+  // Asks for more than the 64 positions hold: stops when the context is full.
+  auto t = s.submit(request({2, 5, 6, 7}, 500, 0.0f, 0));
+  ASSERT_TRUE(t);
+  drain(*t);
+  EXPECT_EQ(t->finish_reason(), FinishReason::Length);
+  EXPECT_EQ(t->completion_tokens(), 64 - 4 + 1);
+}
+
+TEST(Scheduler, BadSamplingThrowsAtSubmit) {
+  const auto tok = letters();
+  Scheduler s(tiny().model(), tok, {});
+  auto r = request({2, 5}, 3, -1.0f, 0);
+  EXPECT_THROW(s.submit(r), Error);
+}
