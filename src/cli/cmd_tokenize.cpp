@@ -1,6 +1,9 @@
 // lumen tokenize -m MODEL "text" | --file F | --chat MESSAGES.json: token ids as JSON.
 // lumen detokenize -m MODEL 2,105,...: the text of token ids.
 // MODEL: a model directory, a tokenizer.json, a SentencePiece .model or a .gguf file.
+#include <time.h>
+
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,6 +17,7 @@
 #include "spec/model_spec.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -66,7 +70,7 @@ void for_each_jsonl(const std::string& path, Handle handle) {
 
 struct TokenizeOptions {
   std::string model, text, file, jsonl, chat, chat_format = "auto";
-  bool no_special = false, thinking = false, no_generation_prompt = false, render_only = false;
+  bool no_special = false, thinking = false, no_generation_prompt = false, render_only = false, stats = false;
 };
 
 LUMEN_COMMAND(30, [](CLI::App& app) {
@@ -85,20 +89,53 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
   cmd->add_flag("--thinking", opts->thinking, "Chat: enable thinking (Gemma 4)");
   cmd->add_flag("--no-generation-prompt", opts->no_generation_prompt, "Chat: do not open the model turn");
   cmd->add_flag("--render-only", opts->render_only, "Chat: print the formatted prompt text instead of ids");
+  cmd->add_flag("--stats", opts->stats, "Print load and encode times, bytes, tokens and MB/s as JSON on stderr");
   return std::pair{cmd, lumen::cli::Runner([opts, text, file, chat, jsonl] {
     if (!*text && !*file && !*chat && !*jsonl) throw Error("tokenize: give a text, --file F, --jsonl F or --chat F");
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    const auto load_start = Clock::now();
     std::unique_ptr<lumen::tokenizer::Tokenizer> tokenizer;
     // Rendering a chat in a named format needs no vocabulary.
     if (!(*chat && opts->render_only && opts->chat_format != "auto"))
       tokenizer = lumen::tokenizer::load_tokenizer(opts->model);
+    const double load_s = seconds_since(load_start);
+    size_t bytes = 0, tokens = 0;
+    double encode_s = 0, encode_cpu_s = 0;
+    // CPU time too: on a shared machine the wall clock also counts other processes.
+    const auto cpu_now = [] {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+    };
+    const auto encode = [&](const std::string& text) {
+      const auto start = Clock::now();
+      const double cpu_start = cpu_now();
+      auto ids = tokenizer->encode(text, !opts->no_special);
+      encode_cpu_s += cpu_now() - cpu_start;
+      encode_s += seconds_since(start);
+      bytes += text.size();
+      tokens += ids.size();
+      return ids;
+    };
+    const auto report = [&] {
+      if (!opts->stats) return;
+      std::cerr << nlohmann::json{{"kind", tokenizer->kind()}, {"load_s", load_s}, {"encode_s", encode_s},
+                                  {"encode_cpu_s", encode_cpu_s}, {"bytes", bytes}, {"tokens", tokens},
+                                  {"mb_per_s", encode_s > 0 ? double(bytes) / 1e6 / encode_s : 0.0},
+                                  {"mb_per_cpu_s", encode_cpu_s > 0 ? double(bytes) / 1e6 / encode_cpu_s : 0.0}}
+                       .dump()
+                << std::endl;
+    };
     if (*jsonl) {
       std::string out;
       for_each_jsonl(opts->jsonl, [&](const nlohmann::json& value, size_t number) {
         if (!value.is_string()) throw Error(opts->jsonl + ": line " + std::to_string(number) + ": expected a JSON string");
-        out += lumen::cli::ids_to_json(tokenizer->encode(value.get<std::string>(), !opts->no_special));
+        out += lumen::cli::ids_to_json(encode(value.get<std::string>()));
         out += '\n';
       });
       std::cout << out << std::flush;
+      report();
       return 0;
     }
     std::string input;
@@ -123,9 +160,11 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
       }
     } else {
       input = *file ? read_file(opts->file) : opts->text;
+      lumen::tokenizer::utf8::require_valid(input, *file ? (opts->file == "-" ? "stdin" : opts->file) : "input text");
     }
-    const auto ids = tokenizer->encode(input, !opts->no_special);
+    const auto ids = encode(input);
     std::cout << lumen::cli::ids_to_json(ids) << std::endl;
+    report();
     return 0;
   })};
 });

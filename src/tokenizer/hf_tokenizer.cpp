@@ -4,6 +4,7 @@
 // rather than silently tokenized differently.
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -125,6 +126,125 @@ void read_decoder(const JsonReader& r, const json& step, const std::string& fiel
   out.push_back(d);
 }
 
+
+// Builds the document like json::parse, except that model.vocab (262144 keys) and model.merges
+// (half a million pairs) go straight into flat lists: a std::map DOM of the vocabulary was most
+// of the load time. The document keeps an empty {} / [] in their place.
+class TokenizerJsonSax {
+ public:
+  explicit TokenizerJsonSax(json& root) : dom_(root, true) {}
+
+  bool vocab_seen = false, merges_seen = false;
+  std::vector<std::pair<std::string, json>> vocab;  // key, scalar value (a nested value: json::array())
+  std::vector<json> merges;                         // "a b", ["a", "b"], or an invalid marker (null)
+
+  bool null() { return capturing() ? scalar(json(nullptr)) : dom_.null(); }
+  bool boolean(bool v) { return capturing() ? scalar(json(v)) : dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return capturing() ? scalar(json(v)) : dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return capturing() ? scalar(json(v)) : dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& text) {
+    return capturing() ? scalar(json(v)) : dom_.number_float(v, text);
+  }
+  bool string(std::string& v) { return capturing() ? scalar(json(std::move(v))) : dom_.string(v); }
+  bool binary(json::binary_t& v) { return capturing() ? scalar(json(nullptr)) : dom_.binary(v); }
+
+  bool key(std::string& k) {
+    if (mode_ == Mode::Vocab && depth_ == 0) vocab_key_ = k;
+    if (capturing()) return true;
+    pending_key_ = k;
+    return dom_.key(k);
+  }
+  bool start_object(std::size_t n) {
+    if (capturing()) return open_nested();
+    if (at_model() && pending_key_ == "vocab") {
+      mode_ = Mode::Vocab;
+      vocab_seen = true;
+      depth_ = 0;
+      return dom_.start_object(0) && dom_.end_object();
+    }
+    path_.push_back(std::exchange(pending_key_, {}));
+    return dom_.start_object(n);
+  }
+  bool end_object() {
+    if (capturing()) return close_nested();
+    path_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (capturing()) {
+      if (mode_ == Mode::Merges && depth_ == 0) {
+        ++depth_;
+        pair_ = json::array();
+        return true;
+      }
+      return open_nested();
+    }
+    if (at_model() && pending_key_ == "merges") {
+      mode_ = Mode::Merges;
+      merges_seen = true;
+      depth_ = 0;
+      return dom_.start_array(0) && dom_.end_array();
+    }
+    path_.push_back(std::exchange(pending_key_, {}));
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (capturing()) {
+      if (mode_ == Mode::Merges && depth_ == 1) {
+        --depth_;
+        merges.push_back(std::move(pair_));
+        return true;
+      }
+      return close_nested();
+    }
+    path_.pop_back();
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& ex) {
+    return dom_.parse_error(position, token, ex);
+  }
+
+ private:
+  enum class Mode { None, Vocab, Merges };
+  bool capturing() const { return mode_ != Mode::None; }
+  bool at_model() const { return path_.size() == 2 && path_[1] == "model"; }
+
+  bool scalar(json value) {
+    if (depth_ == 0) {
+      if (mode_ == Mode::Vocab) vocab.emplace_back(vocab_key_, std::move(value));
+      else merges.push_back(std::move(value));
+    } else if (mode_ == Mode::Merges && depth_ == 1 && pair_.is_array()) {
+      pair_.push_back(std::move(value));
+    }
+    return true;
+  }
+  // A container inside a vocabulary value or a merge: the entry is invalid; skip its content.
+  bool open_nested() {
+    if (depth_ == 0 && mode_ == Mode::Vocab) vocab.emplace_back(vocab_key_, json::array());
+    if (depth_ == 0 && mode_ == Mode::Merges) merges.push_back(json());
+    if (depth_ == 1 && mode_ == Mode::Merges) pair_ = json();
+    ++depth_;
+    return true;
+  }
+  bool close_nested() {
+    if (depth_ == 0) {
+      mode_ = Mode::None;  // the end of model.vocab or model.merges itself
+      return true;
+    }
+    --depth_;
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::string> path_;  // keys of the open containers ("" for the root and array elements)
+  std::string pending_key_;
+  Mode mode_ = Mode::None;
+  int depth_ = 0;  // nesting inside the captured value
+  std::string vocab_key_;
+  json pair_;
+};
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
@@ -133,8 +253,9 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   json root;
+  TokenizerJsonSax sax(root);
   try {
-    root = json::parse(buffer.str());
+    json::sax_parse(buffer.str(), &sax);
   } catch (const json::exception& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
@@ -159,23 +280,26 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   def.ignore_merges = r.boolean(model, "ignore_merges", "model", false);
   if (model.contains("unk_token") && !model["unk_token"].is_null()) def.unk_token = r.string(model["unk_token"], "model.unk_token");
 
-  const json& vocab = r.member(model, "vocab", "model");
-  if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token -> id");
+  const json& vocab_value = r.member(model, "vocab", "model");
+  if (!sax.vocab_seen || !vocab_value.is_object()) r.fail("model.vocab", "expected an object of token -> id");
+  const auto& vocab = sax.vocab;
   std::vector<bool> seen(vocab.size(), false);
   def.vocab.assign(vocab.size(), std::string());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) r.fail("model.vocab", "the id of " + in_quotes(it.key()) + " is not an integer");
-    const int64_t id = it.value().get<int64_t>();
+  for (auto& [key, value] : sax.vocab) {
+    if (!value.is_number_integer()) r.fail("model.vocab", "the id of " + in_quotes(key) + " is not an integer");
+    const int64_t id = value.get<int64_t>();
     if (id < 0 || uint64_t(id) >= vocab.size())
-      r.fail("model.vocab", "id " + std::to_string(id) + " of " + in_quotes(it.key()) + " is outside 0.." +
+      r.fail("model.vocab", "id " + std::to_string(id) + " of " + in_quotes(key) + " is outside 0.." +
                                 std::to_string(vocab.size() - 1) + " (ids must be dense)");
     if (seen[size_t(id)]) r.fail("model.vocab", "id " + std::to_string(id) + " is used twice");
     seen[size_t(id)] = true;
-    def.vocab[size_t(id)] = it.key();
+    def.vocab[size_t(id)] = std::move(key);
   }
+  sax.vocab = {};
 
-  const json& merges = r.member(model, "merges", "model");
-  if (!merges.is_array()) r.fail("model.merges", "expected a list");
+  const json& merges_value = r.member(model, "merges", "model");
+  if (!sax.merges_seen || !merges_value.is_array()) r.fail("model.merges", "expected a list");
+  const auto& merges = sax.merges;
   def.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
     const json& m = merges[i];
@@ -220,6 +344,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
     read_decoder(r, root["decoder"], "decoder", def.decoder);
   }
   root = json();
+  sax.merges = {};
 
   // Gemma's names; the post-processor's BOS is not applied (callers add BOS explicitly).
   auto find_id = [&](std::initializer_list<const char*> names) -> int32_t {

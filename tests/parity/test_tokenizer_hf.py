@@ -5,7 +5,7 @@ so texts holding a literal "▁" come back with a space there)."""
 from __future__ import annotations
 
 import pytest
-from conftest import lumen_bin, record, work_dir
+from conftest import describe, lumen_bin, record, run_lumen, work_dir
 
 import tokenizer_corpus
 import tokenizer_refs as refs
@@ -66,3 +66,18 @@ def test_decode_skip_special(setup):
     ids = [[2, 105, 2364, 107, 9259, 106, 1, 236743, 262144]]
     ids_file = refs.write_jsonl(work_dir() / "tokenizer" / "skip-special.jsonl", ids)
     assert refs.lumen_decode_many(lumen_bin(), path, ids_file, skip_special=True) == ref.decode_batch(ids, skip_special_tokens=True)
+
+
+def test_bad_input_is_one_error_line(setup):
+    path = setup[0]
+    d = work_dir() / "tokenizer"
+    bad_text = d / "bad-utf8.txt"
+    bad_text.write_bytes(b"fine \xc3\x28 then")
+    broken = d / "broken-tokenizer.json"
+    broken.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}')
+    for args, start in [(["tokenize", "-m", path, "--file", bad_text], f"lumen: error: {bad_text}: invalid UTF-8 at byte 5"),
+                        (["detokenize", "-m", path, "2,300000"], "lumen: error: token id 300000 is outside the vocabulary"),
+                        (["tokenize", "-m", broken, "a"], f"lumen: error: {broken}: model.merges[0]")]:
+        cp = run_lumen(*args)
+        assert cp.returncode == 1 and cp.stdout == "", describe(cp)
+        assert cp.stderr.startswith(start) and cp.stderr.count("\n") == 1, describe(cp)
