@@ -77,12 +77,12 @@ int run_chat(const ChatOptions& o) {
     runtime::GenerationRequest req = base;
     // A different seed per turn, derived from the chosen one: reproducible yet not repetitive.
     req.sampling.seed = base.sampling.seed + turn++;
-    req.prompt = cli::chat_prompt(*engine, format, history, o.think);
 
     cli::InterruptGuard::cancel = false;
     cli::InterruptGuard::generating = true;
     runtime::GenerationResult result;
     try {
+      req.prompt = cli::chat_prompt(*engine, format, history, o.think);
       result = session.generate(
           req,
           [](std::string_view text) {
@@ -90,9 +90,16 @@ int run_chat(const ChatOptions& o) {
             std::fflush(stdout);
           },
           &cli::InterruptGuard::cancel);
-    } catch (...) {
+    } catch (const Error& e) {
+      // A turn the model cannot take (invalid UTF-8, the context is full) is reported; the
+      // conversation stays as it was before it.
       cli::InterruptGuard::generating = false;
-      throw;
+      history.pop_back();
+      std::string msg = e.what();
+      for (char& c : msg)
+        if (c == '\n') c = ' ';
+      fmt::print(stderr, "lumen: error: {}\n", msg);
+      continue;
     }
     cli::InterruptGuard::generating = false;
     if (result.finish == runtime::FinishReason::Cancelled) std::fputs(" [stopped]", stdout);
