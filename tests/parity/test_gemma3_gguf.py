@@ -15,7 +15,6 @@ the model file, the test inputs, the reference tool and the torch/transformers v
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import time
 from pathlib import Path
@@ -29,10 +28,6 @@ import reference_gemma3_gguf as ref
 
 MODEL = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 REL_TOL = 1e-4
-# The sanitizer build (Debug, ASan) is tens of times slower: there the real model runs one
-# prompt's logits and a short greedy prefix; the long and perplexity checks run on Release.
-SANITIZED = os.environ.get("LUMEN_SANITIZED", "0") in ("1", "ON", "TRUE", "true")
-slow = pytest.mark.skipif(SANITIZED, reason="the real model's long runs are for the Release build")
 
 TEXT_PROMPTS = [
     "The capital of France is",
@@ -114,7 +109,7 @@ def _ids(cp) -> list[int]:
 
 def test_logits_match_transformers_at_every_position(model_file, golden, tmp_path):
     worst = 0.0
-    for i in range(1 if SANITIZED else len(TEXT_PROMPTS)):
+    for i in range(len(TEXT_PROMPTS)):
         ids, want = golden[f"text{i}_ids"], golden[f"text{i}_logits"]
         out = tmp_path / f"p{i}.npy"
         cp = run_lumen("logits", "-m", model_file, "--tokens", tokens_arg(ids), "--out", out)
@@ -133,9 +128,9 @@ def test_logits_match_transformers_at_every_position(model_file, golden, tmp_pat
 
 
 def test_greedy_chat_continuations_match_transformers(model_file, golden):
-    n = 4 if SANITIZED else GREEDY_N
-    for i, question in enumerate(CHAT_QUESTIONS[:1] if SANITIZED else CHAT_QUESTIONS):
-        want = golden[f"chat{i}_greedy"].tolist()[:n]  # greedy: a prefix of the longer run
+    n = GREEDY_N
+    for i, question in enumerate(CHAT_QUESTIONS):
+        want = golden[f"chat{i}_greedy"].tolist()
         t0 = time.monotonic()
         cp = run_lumen("run", "-m", model_file, "--tokens", tokens_arg(golden[f"chat{i}_ids"]), "-n", n)
         elapsed = time.monotonic() - t0
@@ -143,13 +138,10 @@ def test_greedy_chat_continuations_match_transformers(model_file, golden):
         got = _ids(cp)
         assert got == want, (f"{question!r}: greedy continuations differ\n lumen: {got}\n  ref:  {want}\n"
                              f" ref text: {str(golden[f'chat{i}_text'])!r}")
-        if SANITIZED:
-            continue
         record("gemma3_gguf", f"greedy {question}",
                {"tokens": GREEDY_N, "lumen_s": elapsed, "text": str(golden[f"chat{i}_text"])})
 
 
-@slow
 def test_greedy_past_the_sliding_window(model_file, golden):
     """A prompt longer than the 512-token window: sliding layers must drop the oldest keys."""
     ids = golden["long_ids"]
@@ -182,7 +174,6 @@ def kjv_text(tmp_path_factory) -> Path:
     return path
 
 
-@slow
 def test_perplexity_matches_transformers(model_file, kjv_text):
     text = kjv_text.read_text(encoding="utf-8")
 
