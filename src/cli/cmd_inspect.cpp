@@ -85,6 +85,11 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
       config = kv_config_of(*opts);
       lumen::kv::validate_kv_config(config, spec);
       f = lumen::kv::kv_footprint(spec, config);
+      // Refused before anything is printed.
+      if (opts->context > spec.max_positions && spec.max_positions > 0)
+        throw lumen::Error("--context " + std::to_string(opts->context) + " is beyond the model's " +
+                           std::to_string(spec.max_positions) + " positions");
+      lumen::kv::check_context_fits(spec, config, opts->context);
     }
     if (opts->json) {
       nlohmann::json j = lumen::spec::spec_to_json(spec);
@@ -115,10 +120,6 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
         std::cout << "  at context " << opts->context << ": " << mib(f.bytes_at(opts->context)) << " ("
                   << int64_t(f.bytes_per_token_at(opts->context)) << " bytes/token on average)\n";
       }
-      if (opts->context > spec.max_positions && spec.max_positions > 0)
-        throw lumen::Error("--context " + std::to_string(opts->context) + " is beyond the model's " +
-                           std::to_string(spec.max_positions) + " positions");
-      lumen::kv::check_context_fits(spec, config, opts->context);
     }
     return 0;
   })};

@@ -1,6 +1,7 @@
 #include "model/attention.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -79,7 +80,16 @@ void attend(const spec::LayerSpec& ls, float scale, float softcap, int layer, st
     }
   };
 
-  pool.parallel_for(int64_t(jobs.size()) * splits, [&](int64_t begin, int64_t end) {
+  // Work in multiply-adds; below about a million, waking the threads costs more than it saves.
+  int64_t work = 0;
+  for (const Job& j : jobs) work += int64_t(j.last - j.first + 1) * group * (int64_t(j.key_hi) - j.key_lo + 1) * hd;
+  const bool serial = work < (int64_t(1) << 20);
+  auto parallel = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (serial) fn(0, n);
+    else pool.parallel_for(n, fn);
+  };
+
+  parallel(int64_t(jobs.size()) * splits, [&](int64_t begin, int64_t end) {
     std::vector<const float*> qp;
     std::vector<int32_t> qpos;
     for (int64_t task = begin; task < end; ++task) {
@@ -97,7 +107,7 @@ void attend(const spec::LayerSpec& ls, float scale, float softcap, int layer, st
       });
     }
   });
-  pool.parallel_for(int64_t(jobs.size()), [&](int64_t begin, int64_t end) {
+  parallel(int64_t(jobs.size()), [&](int64_t begin, int64_t end) {
     std::vector<const float*> qp;
     std::vector<int32_t> qpos;
     std::vector<float*> op;

@@ -133,7 +133,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<float> reference_logits(const std::vector<int32_t>& tokens) {
   kv::ContiguousCache ref(tiny().spec);
-  return run(ref, tokens, 1);
+  return run(ref, tokens, 8);
 }
 
 kv::KvConfig paged(int page, kv::KvElem dtype = kv::KvElem::F32) {
@@ -175,11 +175,11 @@ Agreement agreement(const std::vector<float>& ref, const std::vector<float>& tes
 
 TEST(PagedCache, EqualsContiguousAtEveryPageAndChunkOffset) {
   // 7 windows long; page sizes 1..8 against chunk sizes that put chunk starts at every
-  // offset within a page and across the window edge.
+  // offset within a page and across the window edge (chunk 1: every position).
   const auto tokens = random_tokens(kWindow * 7, 11);
   const auto ref = reference_logits(tokens);
   for (int page = 1; page <= 8; ++page) {
-    for (int chunk : {1, 2, 3, 5, 7, 13}) {
+    for (int chunk : {1, 3, 7}) {
       kv::PagedCache cache(tiny().spec, paged(page));
       const auto got = run(cache, tokens, chunk);
       ASSERT_LT(max_abs_diff(got, ref), 1e-4) << "page " << page << " chunk " << chunk;
@@ -258,10 +258,10 @@ TEST(TieredCache, ColdTiersMatchOrStayCloseToTheF32Cache) {
   std::map<std::string, Agreement> seen;
   for (auto [cold, block] : {std::pair{kv::KvElem::F16, 8}, {kv::KvElem::Int8, 8}, {kv::KvElem::Int4, 8}}) {
     kv::PagedCache cache(tiny().spec, tiered(cold, block));
-    const auto got = run(cache, tokens, 1);
+    const auto got = run(cache, tokens, 4);
     const Agreement a = agreement(ref, got, V);
     seen[kv::kv_elem_name(cold)] = a;
-    std::printf("[ kv quality ] cold %-4s block %d: top-1 agreement %.3f, mean KL %.2e (96 positions, hot window 8)\n",
+    std::printf("[ kv quality ] cold %-4s block %d: top-1 agreement %.3f, mean KL %.2e (96 positions, hot window 8, chunks of 4)\n",
                 kv::kv_elem_name(cold), block, a.top1, a.mean_kl);
     EXPECT_GT(a.mean_kl, 0.0);
   }
