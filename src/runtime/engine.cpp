@@ -12,6 +12,7 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<Engine> Engine::load(const std::string& model_path) {
   std::unique_ptr<Engine> engine(new Engine());
+  engine->path_ = model_path;
   if (spec::is_gguf_file(model_path)) {
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
