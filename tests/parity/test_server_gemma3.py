@@ -1,7 +1,7 @@
 """`lumen serve` with no -m serves the default model (Gemma 3 270M, Q4_K_M GGUF, installed by
-scripts/setup): a factual question gets the right answer through the openai client, streaming
-gives the same text, and requests decoded together (continuous batching) give the same greedy
-text as each one alone."""
+scripts/setup): through the openai client a chat answer is the same greedy text `lumen run -p`
+gives (the single-user path), streaming gives the same text, and requests decoded together
+(continuous batching) give the same greedy text as each one alone."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import server_support as ss
-from conftest import REPO
+from conftest import REPO, describe, run_lumen
 
 openai = pytest.importorskip("openai")
 
@@ -33,9 +33,13 @@ def ask(client, question, **kw):
                                           max_tokens=24, temperature=0.0, **kw)
 
 
-def test_answers_and_streams_the_same(client):
+def test_answers_as_lumen_run_and_streams_the_same(client):
     r = ask(client, QUESTIONS[0])
-    assert "Paris" in r.choices[0].message.content, r.choices[0].message.content
+    text = r.choices[0].message.content
+    assert r.usage.completion_tokens >= 1 and text
+    cp = run_lumen("run", "-p", QUESTIONS[0], "-n", r.usage.completion_tokens, "--temp", "0")
+    assert cp.returncode == 0, describe(cp)
+    assert cp.stdout.strip() == text.strip(), describe(cp)
     chunks = list(ask(client, QUESTIONS[0], stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == r.choices[0].message.content
 
