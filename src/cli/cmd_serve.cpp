@@ -1,4 +1,4 @@
-// lumen serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--api-key KEY]:
+// lumen serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--api-key KEY]:
 // an OpenAI-compatible HTTP server with continuous batching and a chat page at /.
 #include <algorithm>
 #include <csignal>
@@ -92,7 +92,7 @@ int serve(const ServeOptions& o) {
 LUMEN_COMMAND(40, [](CLI::App& app) {
   auto opts = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a chat page");
-  cmd->add_option("-m,--model", opts->model, "Model directory")->required();
+  cmd->add_option("-m,--model", opts->model, "Model directory or .gguf file (default: the installed Gemma 3 270M)");
   cmd->add_option("--host", opts->host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
   cmd->add_option("--port", opts->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--parallel", opts->parallel, "Sequences decoded together")->check(CLI::Range(1, 256))->capture_default_str();

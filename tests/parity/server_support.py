@@ -93,11 +93,12 @@ def request(method: str, url: str, body=None, headers=None, timeout=60):
 
 
 @contextmanager
-def serve(*extra, model: Path | None = None):
-    """Starts `lumen serve` on a free loopback port; always stops it (SIGTERM, then SIGKILL)
-    and checks that it exited cleanly."""
-    model = model or served_model()
-    cmd = [lumen_bin(), "serve", "-m", str(model), "--host", HOST, "--port", "0", *map(str, extra)]
+def serve(*extra, model: Path | None = None, default_model: bool = False):
+    """Starts `lumen serve` on a free loopback port (the tiny served model, `model`, or with no -m
+    the default model); always stops it (SIGTERM, then SIGKILL) and checks that it exited cleanly."""
+    cmd = [lumen_bin(), "serve", "--host", HOST, "--port", "0", *map(str, extra)]
+    if not default_model:
+        cmd[2:2] = ["-m", str(model or served_model())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log: list[str] = []
     found = {}
