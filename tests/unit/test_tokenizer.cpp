@@ -248,7 +248,8 @@ TEST(TokenizerJson, MalformedFilesAreOneLineErrors) {
 TEST(TokenizerFiles, LoadTokenizerPicksTheLoader) {
   const fs::path dir = temp_dir() / "model-dir";
   fs::create_directories(dir);
-  fs::copy_file(temp_dir() / "small_tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  // Written here, not copied from another test's file: CTest runs each test in its own process.
+  std::ofstream(dir / "tokenizer.json", std::ios::binary) << small_tokenizer_json().dump();
   EXPECT_EQ(load_tokenizer(dir.string())->encode("abc"), Ids({12}));
   EXPECT_NE(find_tokenizer(dir.string()), nullptr);
   EXPECT_EQ(find_tokenizer(temp_dir().string() + "/nowhere"), nullptr);
