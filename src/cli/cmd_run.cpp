@@ -84,9 +84,8 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a prompt (or greedy ids from --tokens)");
   cmd->add_option("-m,--model", o->model, "Model directory, .gguf or packed file (default: the installed Gemma 3 270M)");
-  auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (chat template applied unless --raw)");
-  auto* tokens = cmd->add_option("--tokens", o->tokens, "Comma-separated prompt token ids: print the greedy ids");
-  prompt->excludes(tokens);
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (chat template applied unless --raw)");
+  cmd->add_option("--tokens", o->tokens, "Comma-separated prompt token ids: print the greedy ids");
   cmd->add_option("-n,--n-predict", o->n, "Tokens to generate (default: 256 with -p, 32 with --tokens)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--system", o->system, "System message");
