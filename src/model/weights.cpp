@@ -172,4 +172,20 @@ void repack_for_int8_kernels(ModelWeights& w) {
   else repack(w.lm_head);
 }
 
+void requantize_weights(ModelWeights& w, quant::WeightFormat target) {
+  auto convert = [&](quant::WeightMatrix& m) {
+    if (!m.data || m.format == target) return;
+    auto& buf = w.owned.emplace_back(quant::format_storage_bytes(target, m.rows, m.cols));
+    quant::convert_rows(m, target, 0, m.rows, buf.data());
+    m.format = target;
+    m.data = buf.data();
+  };
+  const bool tied = w.lm_head.data == w.embed_tokens.data;
+  for (auto& l : w.layers)
+    for (auto* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) convert(*m);
+  convert(w.embed_tokens);
+  if (tied) w.lm_head = w.embed_tokens;
+  else convert(w.lm_head);
+}
+
 }  // namespace lumen::model

@@ -52,6 +52,11 @@ ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& looku
 // live in `owned`. A tied output projection keeps sharing the embedding's copy.
 void repack_for_int8_kernels(ModelWeights& weights);
 
+// Converts every projection matrix and the embedding (and the output projection) to `target`
+// (quant/convert.h: q4 = Q4_0X4, q8 = Q8_0X4, bf16, f32) from whatever format they were bound
+// in, e.g. a GGUF model's ggml blocks. Matrices already in `target` are left as they are.
+void requantize_weights(ModelWeights& weights, quant::WeightFormat target);
+
 // The same from a GGUF file (llama.cpp's tensor names: token_embd, blk.N.attn_q, ...).
 // Matrices stay in the file's ggml block format; norm gains are read into f32. Throws
 // lumen::Error with one line naming the file and tensor on a missing tensor, a wrong shape,

@@ -28,10 +28,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   std::unique_ptr<Engine> engine(new Engine());
   engine->path_ = model_path;
   if (spec::is_gguf_file(model_path)) {
-    if (requantize) throw Error("--quant: converting a GGUF model's weights at load is not supported; it runs in its own formats");
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
+    // --quant: the ggml blocks expanded exactly, then stored in the requested format.
+    if (requantize) model::requantize_weights(weights, *requantize);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
     engine->path_ = model_path;
     return engine;
