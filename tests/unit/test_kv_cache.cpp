@@ -17,6 +17,7 @@
 #include "kv/row_codec.h"
 #include "model/gemma_model.h"
 #include "model/weights.h"
+#include "tiny_model.h"
 
 using namespace lumen;
 
@@ -52,43 +53,11 @@ spec::ModelSpec kv_spec() {
   return s;
 }
 
-struct RandomWeights {
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, formats::TensorView> views;
-  explicit RandomWeights(const spec::ModelSpec& s, uint32_t seed = 7) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd;
-    std::uniform_real_distribution<float> gain(0.5f, 1.5f), qk(0.6f, 1.4f), scalar(0.5f, 1.0f);
-    for (const auto& e : spec::expected_tensors(s)) {
-      int64_t n = 1;
-      for (auto d : e.shape) n *= d;
-      std::vector<float> v(static_cast<size_t>(n));
-      const bool qk_norm = e.name.find("q_norm") != std::string::npos || e.name.find("k_norm") != std::string::npos;
-      for (auto& x : v) {
-        if (e.name.find("layer_scalar") != std::string::npos) x = scalar(rng);
-        else if (qk_norm) x = qk(rng) * 2.0f;  // sharp attention, so the cache contents matter
-        else if (e.name.find("norm") != std::string::npos) x = gain(rng);
-        else x = nd(rng) / std::sqrt(float(e.shape.back()));
-      }
-      const std::string name = "model." + e.name;
-      data[name] = std::move(v);
-      formats::TensorView t;
-      t.name = name;
-      t.dtype = DType::F32;
-      t.shape = e.shape;
-      t.data = reinterpret_cast<const std::byte*>(data[name].data());
-      t.nbytes = data[name].size() * 4;
-      t.file = "random.safetensors";
-      views[name] = t;
-    }
-  }
-  model::ModelWeights bind(const spec::ModelSpec& s) const {
-    std::vector<std::string> names;
-    for (auto& [k, v] : views) names.push_back(k);
-    return model::bind_weights(
-        s, [this](const std::string& n) { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
-        names, "random");
-  }
+// Sharper attention than the default ranges, so the cache contents matter.
+struct RandomWeights : test_support::RandomCheckpoint {
+  explicit RandomWeights(const spec::ModelSpec& s, uint32_t seed = 7)
+      : RandomCheckpoint(s, seed, {.gain_lo = 0.5f, .gain_hi = 1.5f, .qk_lo = 0.6f, .qk_hi = 1.4f, .qk_scale = 2.0f,
+                                   .scalar_lo = 0.5f, .scalar_hi = 1.0f}) {}
 };
 
 struct TinyModel {

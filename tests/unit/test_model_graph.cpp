@@ -11,81 +11,22 @@
 #include "kv/contiguous_cache.h"
 #include "model/gemma_model.h"
 #include "model/weights.h"
+#include "tiny_model.h"
 
 using namespace lumen;
 
 namespace {
 
 spec::ModelSpec tiny_spec(int window, bool k_eq_v_full) {
-  spec::ModelSpec s;
-  s.vocab_size = 32;
-  s.hidden_size = 16;
-  s.rms_eps = 1e-6f;
-  s.embedding_scale = 4.0f;
-  s.final_logit_softcap = 30.0f;
-  for (int l = 0; l < 2; ++l) {
-    spec::LayerSpec ls;
-    ls.kind = l == 0 ? spec::AttentionKind::Sliding : spec::AttentionKind::Full;
-    ls.num_q_heads = 2;
-    ls.num_kv_heads = l == 0 ? 2 : 1;
-    ls.head_dim = l == 0 ? 8 : 16;
-    ls.window = l == 0 ? window : 0;
-    ls.k_eq_v = l == 1 && k_eq_v_full;
-    ls.ffn_dim = 24;
-    ls.rope.theta = l == 0 ? 10000 : 1e6;
-    ls.rope.type = l == 0 ? "default" : "proportional";
-    ls.rope.partial_factor = l == 0 ? 1.0 : 0.25;
-    ls.rope.freq_base_dim = ls.head_dim;
-    s.layers.push_back(ls);
-  }
+  spec::ModelSpec s = test_support::tiny_model_spec(32, window, 64, k_eq_v_full);
+  s.max_positions = 0;  // as the graph tests always built it: no context limit
   return s;
 }
 
-// Random f32 tensors for every tensor the spec expects, owned here.
-struct FakeCheckpoint {
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, formats::TensorView> views;
-
-  explicit FakeCheckpoint(const spec::ModelSpec& s, uint32_t seed = 1) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd;
-    std::uniform_real_distribution<float> gain(0.5f, 1.5f), small(0.1f, 0.4f), scalar(0.3f, 0.9f);
-    for (const auto& e : spec::expected_tensors(s)) {
-      int64_t n = 1;
-      for (auto d : e.shape) n *= d;
-      std::vector<float> v(static_cast<size_t>(n));
-      const bool is_norm = e.name.find("norm") != std::string::npos;
-      const bool is_qk_norm = e.name.find("q_norm") != std::string::npos || e.name.find("k_norm") != std::string::npos;
-      for (auto& x : v) {
-        if (e.name.find("layer_scalar") != std::string::npos) x = scalar(rng);
-        else if (is_qk_norm) x = small(rng);
-        else if (is_norm) x = gain(rng);
-        else x = nd(rng) / std::sqrt(float(e.shape.back()));
-      }
-      add("model." + e.name, e.shape, std::move(v));
-    }
-  }
-  void add(const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
-    data[name] = std::move(v);
-    formats::TensorView t;
-    t.name = name;
-    t.dtype = DType::F32;
-    t.shape = std::move(shape);
-    t.data = reinterpret_cast<const std::byte*>(data[name].data());
-    t.nbytes = data[name].size() * 4;
-    t.file = "fake.safetensors";
-    views[name] = t;
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> n;
-    for (auto& [k, v] : views) n.push_back(k);
-    return n;
-  }
-  model::ModelWeights bind(const spec::ModelSpec& s) const {
-    return model::bind_weights(
-        s, [this](const std::string& n) { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
-        names(), "fake");
-  }
+struct FakeCheckpoint : test_support::RandomCheckpoint {
+  explicit FakeCheckpoint(const spec::ModelSpec& s, uint32_t seed = 1)
+      : RandomCheckpoint(s, seed, {}, "fake.safetensors") {}
+  model::ModelWeights bind(const spec::ModelSpec& s) const { return RandomCheckpoint::bind(s, "fake"); }
 };
 
 std::vector<float> last_logits(const model::GemmaModel& m, const std::vector<int32_t>& tokens) {
