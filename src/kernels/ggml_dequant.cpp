@@ -5,7 +5,7 @@
 namespace lumen::kernels {
 
 bool dequantize_row_fast(quant::WeightFormat format, const void* row, int64_t n, float* out) {
-  if (active_isa() == Isa::Avx2) return detail::dequantize_row_avx2(format, row, n, out);
+  if (active_isa() != Isa::Scalar) return detail::dequantize_row_avx2(format, row, n, out);
   return false;
 }
 
