@@ -35,10 +35,30 @@ static_assert(sizeof(ActChunk) == 320);
 // Quantizes x[0 .. K) (zero beyond K) into ceil(K/128) chunks, with the given ISA's code.
 void quantize_activations(const float* x, int64_t K, ActChunk* out, Isa isa);
 
+// How Q8 weights meet their activations (Q4 weights always take single int8 activations).
+//   Int8:   x ~ d * q, one int8 per element (the Q4 path; error ~ d / 2 per element).
+//   Int8x2: x ~ d1 * q1 + d2 * q2, q2 the int8 quantization of the residual x - d1 * q1 at its
+//           own finer per-block scale (~ d1 / 254): the same exact int8 dot runs on both halves
+//           and y = y1 + y2, so the product's error is the weights' (Q8_0) alone in practice.
+//           Twice the multiply-adds of Int8; the weights are still read once (the two halves
+//           go through the 2-token tile as a token pair). The default.
+// LUMEN_Q8_ACT=int8|int8x2 chooses at start-up; set_q8_activations() in tests.
+enum class Q8Activations { Int8, Int8x2 };
+Q8Activations q8_activations();  // throws lumen::Error on a bad LUMEN_Q8_ACT
+void set_q8_activations(Q8Activations mode);
+const char* q8_activations_name(Q8Activations mode);
+bool parse_q8_activations(const char* name, Q8Activations& out);
+
+// Quantizes x[0 .. K) into hi (exactly what quantize_activations writes) and lo (the residual
+// x - hi, quantized the same way), ceil(K/128) chunks each; bit-identical on every ISA.
+void quantize_activations_split(const float* x, int64_t K, ActChunk* hi, ActChunk* lo, Isa isa);
+
 // y[t, r] = sum_c x[t, c] W[r, c] for a Q4_0X4 or Q8_0X4 matrix, on the active ISA, threaded.
 void qmatmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y);
-// The same on a given ISA (tests).
+// The same on a given ISA (tests), with Q8 activations as q8_activations() says or as given.
 void qmatmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa);
+void qmatmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
+                 Q8Activations q8_mode);
 
 namespace detail {
 // The tile of one row group (4 rows) against `nt` (1 or 2) tokens over `chunks` chunks:

@@ -18,6 +18,7 @@ the order bf16 < q8 < q4 in KL; they do not claim the 99% bar.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -46,7 +47,7 @@ def prompt_ids() -> list[int]:
 
 
 def logits_at(quant: str, ids: list[int]) -> np.ndarray:
-    out = work_dir() / f"real-model-logits-{quant}.npy"
+    out = work_dir() / f"real-model-logits-{quant}-{os.getpid()}.npy"
     cp = run_lumen("logits", "-m", str(MODEL), "--tokens", tokens_arg(ids), "--out", str(out), "--quant", quant)
     assert cp.returncode == 0, describe(cp)
     logits = np.load(out)
@@ -69,7 +70,7 @@ def compare(ref: np.ndarray, got: np.ndarray) -> dict:
     return {"top1_agreement": top1, "mean_kl": kl, "positions": int(ref.shape[0])}
 
 
-def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids):
+def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids, monkeypatch):
     ref = logits_at("f32", prompt_ids)
     # The reference itself is the exact expansion: it must agree with the model's own
     # (block-format) path, which the transformers parity test pins to ~1e-6.
@@ -81,10 +82,15 @@ def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids):
     assert np.abs(own - ref[:32]).max() <= 1e-4 * np.abs(ref[:32]).max()
 
     bf16 = compare(ref, logits_at("bf16", prompt_ids))
+    monkeypatch.setenv("LUMEN_Q8_ACT", "int8x2")
     q8 = compare(ref, logits_at("q8", prompt_ids))
+    monkeypatch.setenv("LUMEN_Q8_ACT", "int8")
+    q8_int8 = compare(ref, logits_at("q8", prompt_ids))
+    monkeypatch.delenv("LUMEN_Q8_ACT")
     q4 = compare(ref, logits_at("q4", prompt_ids))
-    record("quant_real_model", "gemma3-270m", {"bf16": bf16, "q8": q8, "q4": q4})
-    print(f"bf16: {bf16}\nq8: {q8}\nq4: {q4}")
+    record("quant_real_model", "gemma3-270m",
+           {"bf16": bf16, "q8": q8, "q8_int8_activations": q8_int8, "q4": q4})
+    print(f"bf16: {bf16}\nq8: {q8}\nq8 (int8 activations): {q8_int8}\nq4: {q4}")
     assert bf16["top1_agreement"] >= 0.98 and bf16["mean_kl"] < 1e-3, bf16
     assert q8["top1_agreement"] >= 0.92 and q8["mean_kl"] < 0.03, q8
     assert q4["top1_agreement"] >= 0.45, q4

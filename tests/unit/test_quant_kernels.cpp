@@ -3,6 +3,7 @@
 // this CPU has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -197,19 +198,154 @@ TEST(QuantKernels, EverySimdKernelMatchesTheScalarReferenceOnOddSizes) {
         }
       }
       std::vector<float> scalar(ref.size());
-      kernels::qmatmul_isa(x.data(), s.tokens, m.w, scalar.data(), kernels::Isa::Scalar);
+      const auto int8 = kernels::Q8Activations::Int8;
+      kernels::qmatmul_isa(x.data(), s.tokens, m.w, scalar.data(), kernels::Isa::Scalar, int8);
       double scale = 0;
       for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
       for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(scalar[i], ref[i], 1e-5 * scale) << i;
       for (auto isa : simd_isas()) {
         std::vector<float> y(ref.size());
-        kernels::qmatmul_isa(x.data(), s.tokens, m.w, y.data(), isa);
+        kernels::qmatmul_isa(x.data(), s.tokens, m.w, y.data(), isa, int8);
         for (size_t i = 0; i < y.size(); ++i)
           EXPECT_NEAR(y[i], scalar[i], 1e-5 * scale)
               << kernels::isa_name(isa) << (q4 ? " q4" : " q8") << " rows=" << s.rows << " cols=" << s.cols << " i=" << i;
       }
     }
   }
+}
+
+// Split Q8 activations (x ~ d1 q1 + d2 q2): hi is exactly the single int8 quantization, both
+// halves are bit-identical on every ISA, and hi + lo reconstructs x to half of lo's step.
+TEST(QuantKernels, SplitActivationQuantizationIsBitIdenticalAndReconstructsX) {
+  for (int64_t K : {1, 31, 128, 200, 385}) {
+    auto x = randn(size_t(K), uint32_t(100 + K), 3.0f);
+    if (K > 5) x[5] = 0.0f, x[3] = -x[4];
+    if (K > 40) std::fill(x.begin() + 32, x.begin() + 40, 0.0f);  // a block partly zero
+    const size_t chunks = size_t(quant::padded_cols(K) / quant::kChunk);
+    std::vector<kernels::ActChunk> single(chunks), hi(chunks), lo(chunks), hi2(chunks), lo2(chunks);
+    kernels::quantize_activations(x.data(), K, single.data(), kernels::Isa::Scalar);
+    kernels::quantize_activations_split(x.data(), K, hi.data(), lo.data(), kernels::Isa::Scalar);
+    EXPECT_EQ(std::memcmp(single.data(), hi.data(), chunks * sizeof(kernels::ActChunk)), 0) << K;
+    for (int64_t c = 0; c < K; ++c) {
+      const auto &h = hi[size_t(c / 128)], &l = lo[size_t(c / 128)];
+      const int64_t i = c % 128, b = i / 32, e = i % 32, at = (e < 16 ? 0 : 64) + b * 16 + e % 16;
+      const double back = double(h.q[at]) * h.dx[b * 4] + double(l.q[at]) * l.dx[b * 4];
+      // lo's step is at most hi's / 254; allow float rounding of the residual on top.
+      EXPECT_LE(std::fabs(back - x[size_t(c)]), 0.5 * l.dx[b * 4] + 1e-6 * std::fabs(x[size_t(c)]) + 1e-30)
+          << "K=" << K << " c=" << c;
+      EXPECT_LE(l.dx[b * 4], h.dx[b * 4] / 254.0f * 1.0001f) << "K=" << K << " c=" << c;
+    }
+    for (auto isa : simd_isas()) {
+      kernels::quantize_activations_split(x.data(), K, hi2.data(), lo2.data(), isa);
+      EXPECT_EQ(std::memcmp(hi.data(), hi2.data(), chunks * sizeof(kernels::ActChunk)), 0)
+          << kernels::isa_name(isa) << " K=" << K;
+      EXPECT_EQ(std::memcmp(lo.data(), lo2.data(), chunks * sizeof(kernels::ActChunk)), 0)
+          << kernels::isa_name(isa) << " K=" << K;
+    }
+  }
+}
+
+// The split Q8 product: scalar against a double sum of both halves' integers and scales,
+// each SIMD kernel against the scalar one (relative 1e-5 of the largest output: f32 sums in
+// another order), on odd sizes and every ISA this CPU has.
+TEST(QuantKernels, SplitQ8KernelMatchesTheScalarReferenceOnOddSizes) {
+  struct Shape { int64_t rows, cols, tokens; };
+  const auto split = kernels::Q8Activations::Int8x2;
+  for (Shape s : {Shape{1, 32, 1}, Shape{5, 48, 3}, Shape{7, 130, 2}, Shape{13, 256, 5}, Shape{4, 385, 17}}) {
+    const auto wf = randn(size_t(s.rows * s.cols), 31);
+    const auto x = randn(size_t(s.tokens * s.cols), 32, 2.0f);
+    X4Matrix m = make_x4(false, wf, s.rows, s.cols);
+    const size_t chunks = size_t(quant::padded_cols(s.cols) / quant::kChunk);
+    std::vector<float> wrow(static_cast<size_t>(s.cols)), ref(size_t(s.tokens * s.rows));
+    std::vector<kernels::ActChunk> hi(chunks), lo(chunks);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      kernels::quantize_activations_split(&x[size_t(t * s.cols)], s.cols, hi.data(), lo.data(), kernels::Isa::Scalar);
+      for (int64_t r = 0; r < s.rows; ++r) {
+        quant::dequantize_row(m.w, r, wrow.data());
+        double sum = 0;
+        for (int64_t c = 0; c < s.cols; ++c) {
+          const auto &h = hi[size_t(c / 128)], &l = lo[size_t(c / 128)];
+          const int64_t i = c % 128, b = i / 32, e = i % 32, at = (e < 16 ? 0 : 64) + b * 16 + e % 16;
+          sum += double(wrow[size_t(c)]) * (double(h.q[at]) * h.dx[b * 4] + double(l.q[at]) * l.dx[b * 4]);
+        }
+        ref[size_t(t * s.rows + r)] = float(sum);
+      }
+    }
+    double scale = 0;
+    for (float v : ref) scale = std::max(scale, double(std::fabs(v)));
+    std::vector<float> scalar(ref.size());
+    kernels::qmatmul_isa(x.data(), s.tokens, m.w, scalar.data(), kernels::Isa::Scalar, split);
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(scalar[i], ref[i], 1e-5 * scale) << i;
+    for (auto isa : simd_isas()) {
+      std::vector<float> y(ref.size());
+      kernels::qmatmul_isa(x.data(), s.tokens, m.w, y.data(), isa, split);
+      for (size_t i = 0; i < y.size(); ++i)
+        EXPECT_NEAR(y[i], scalar[i], 1e-5 * scale)
+            << kernels::isa_name(isa) << " rows=" << s.rows << " cols=" << s.cols << " i=" << i;
+    }
+  }
+}
+
+// What the split is for: against the exact product of the same Q8_0 weights with f32
+// activations, single int8 activations add an error of the weights' own size; the split
+// removes nearly all of it. Q4 weights ignore the mode (bit-identical results).
+TEST(QuantKernels, SplitActivationsLeaveOnlyTheWeightError) {
+  const int64_t N = 64, K = 640, T = 4;
+  const auto wf = randn(size_t(N * K), 41), x = randn(size_t(T * K), 42);
+  X4Matrix m = make_x4(false, wf, N, K);
+  std::vector<float> wq(size_t(N * K));
+  for (int64_t r = 0; r < N; ++r) quant::dequantize_row(m.w, r, &wq[size_t(r * K)]);
+  std::vector<double> exact(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < N; ++r) {
+      double s = 0;
+      for (int64_t c = 0; c < K; ++c) s += double(wq[size_t(r * K + c)]) * x[size_t(t * K + c)];
+      exact[size_t(t * N + r)] = s;
+    }
+  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (!kernels::cpu_supports(isa)) continue;
+    std::vector<float> single(exact.size()), split(exact.size());
+    kernels::qmatmul_isa(x.data(), T, m.w, single.data(), isa, kernels::Q8Activations::Int8);
+    kernels::qmatmul_isa(x.data(), T, m.w, split.data(), isa, kernels::Q8Activations::Int8x2);
+    double err_single = 0, err_split = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+      err_single += (single[i] - exact[i]) * (single[i] - exact[i]);
+      err_split += (split[i] - exact[i]) * (split[i] - exact[i]);
+    }
+    EXPECT_GT(err_single, 0.0) << kernels::isa_name(isa);
+    EXPECT_LT(err_split, err_single / 1000.0) << kernels::isa_name(isa);  // rms error / 30 or better
+
+    X4Matrix m4 = make_x4(true, wf, N, K);
+    std::vector<float> q4a(exact.size()), q4b(exact.size());
+    kernels::qmatmul_isa(x.data(), T, m4.w, q4a.data(), isa, kernels::Q8Activations::Int8);
+    kernels::qmatmul_isa(x.data(), T, m4.w, q4b.data(), isa, kernels::Q8Activations::Int8x2);
+    EXPECT_EQ(q4a, q4b) << kernels::isa_name(isa);
+  }
+}
+
+TEST(QuantKernels, Q8ActivationModeNamesAndSwitch) {
+  kernels::Q8Activations m;
+  ASSERT_TRUE(kernels::parse_q8_activations("int8", m));
+  EXPECT_EQ(m, kernels::Q8Activations::Int8);
+  ASSERT_TRUE(kernels::parse_q8_activations("int8x2", m));
+  EXPECT_EQ(m, kernels::Q8Activations::Int8x2);
+  EXPECT_FALSE(kernels::parse_q8_activations("int16", m));
+  EXPECT_FALSE(kernels::parse_q8_activations("", m));
+  EXPECT_STREQ(kernels::q8_activations_name(kernels::Q8Activations::Int8x2), "int8x2");
+  // qmatmul follows the switch.
+  const int64_t N = 5, K = 200;
+  const auto wf = randn(size_t(N * K), 51), x = randn(size_t(K), 52);
+  X4Matrix m8 = make_x4(false, wf, N, K);
+  const auto saved = kernels::q8_activations();
+  std::vector<float> want(N), got(N);
+  for (auto mode : {kernels::Q8Activations::Int8, kernels::Q8Activations::Int8x2}) {
+    kernels::set_q8_activations(mode);
+    EXPECT_EQ(kernels::q8_activations(), mode);
+    kernels::qmatmul_isa(x.data(), 1, m8.w, want.data(), kernels::Isa::Scalar, mode);
+    kernels::qmatmul_isa(x.data(), 1, m8.w, got.data(), kernels::Isa::Scalar);
+    EXPECT_EQ(want, got) << kernels::q8_activations_name(mode);
+  }
+  kernels::set_q8_activations(saved);
 }
 
 TEST(QuantKernels, MatmulDispatchUsesTheActiveIsaAndMatchesF32WithinQuantError) {
