@@ -159,7 +159,8 @@ def train(out_dir, seed: int = 0, steps: int = DEFAULTS["steps"], text: str | No
                    eval_loss_nats_per_byte=eval_loss, wall_s=time.time() - t0, cpu_s=time.process_time() - cpu0,
                    params=sum(p.numel() for p in model.parameters()),
                    torch=torch.__version__, transformers=transformers.__version__)
-    (out / "training.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (out / "training.json").write_text(
+        json.dumps({k: v for k, v in summary.items() if k != "out"}, indent=2, sort_keys=True) + "\n")
     return summary
 
 

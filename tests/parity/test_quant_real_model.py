@@ -1,18 +1,22 @@
 """Quantized-weight quality on a real trained model: Gemma 3 270M (the default model).
 
 The tiny test models have random weights and amplify any perturbation (bf16 rounding alone
-flips ~5% of their top-1 tokens), so the issue's q8 bar (top-1 agreement >= 99% against the
-f32 path of the same weights) is measured here, on real weights: the GGUF's blocks are expanded
+flips ~3-5% of their top-1 tokens), so the issue's q8 bar (top-1 agreement >= 99% against the
+f32 path of the same weights) is measured here, on real weights, and on a trained tiny model
+(test_quant_trained.py): the GGUF's blocks are expanded
 exactly to f32 (`--quant f32`, the reference) and, separately, stored as bf16 (f32 activations)
 or requantized to Q8_0 / Q4_0 and run through the int8-activation kernels (`--quant q8`,
 `--quant q4`). 256 positions of public-domain text (KJV Genesis, Debian bible-kjv). The figures
 go to parity_report.json.
 
-Measured (2026-12-02): bf16 99.2% / KL 2e-4; q8 94.5% / KL 0.020; q4 53% / KL 1.74. The q8
-figure is below the 99% the kernel issue aims for, and the scalar kernel gives the same figure
-as the SIMD ones, so the loss is in the format (Q8_0 weights plus int8 activations per block),
-not in a kernel. The assertions below pin what is measured, so a regression fails, and keep
-the order bf16 < q8 < q4 in KL; they do not claim the 99% bar.
+Measured (2026-12-03, this test): bf16 98.4% / KL 3.0e-4; q8 96.9% / KL 0.0045 with the
+default split activations (LUMEN_Q8_ACT=int8x2: two int8 halves per block), 94.5% / KL 0.020
+with single int8 activations (LUMEN_Q8_ACT=int8); q4 53% / KL 1.74. The split takes the
+activations' share of the error away (KL / 4.4); what is left is the Q8_0 weights' rounding.
+q8 stays below the issue's 99% bar on this model (the bar is met on a trained tiny model,
+test_quant_trained.py); the kernels equal their scalar reference (unit tests), so the loss is
+in the format, not a kernel. The assertions pin what is measured with about 2x margin in
+KL, so a regression fails, and keep the order bf16 < q8 < q8 (int8 activations) < q4 in KL.
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids, monkeypatch)
     record("quant_real_model", "gemma3-270m",
            {"bf16": bf16, "q8": q8, "q8_int8_activations": q8_int8, "q4": q4})
     print(f"bf16: {bf16}\nq8: {q8}\nq8 (int8 activations): {q8_int8}\nq4: {q4}")
-    assert bf16["top1_agreement"] >= 0.98 and bf16["mean_kl"] < 1e-3, bf16
-    assert q8["top1_agreement"] >= 0.92 and q8["mean_kl"] < 0.03, q8
-    assert q4["top1_agreement"] >= 0.45, q4
-    assert bf16["mean_kl"] < q8["mean_kl"] < q4["mean_kl"], (bf16, q8, q4)
+    assert bf16["top1_agreement"] >= 0.97 and bf16["mean_kl"] < 1e-3, bf16
+    assert q8["top1_agreement"] >= 0.95 and q8["mean_kl"] < 0.009, q8
+    assert q8_int8["top1_agreement"] >= 0.92 and q8_int8["mean_kl"] < 0.04, q8_int8
+    assert q4["top1_agreement"] >= 0.45 and q4["mean_kl"] < 3.5, q4
+    assert bf16["mean_kl"] < q8["mean_kl"] < q8_int8["mean_kl"] < q4["mean_kl"], (bf16, q8, q8_int8, q4)

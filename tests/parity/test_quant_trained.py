@@ -112,8 +112,8 @@ def test_q8_and_q4_against_f32_on_a_trained_model(trained, eval_ids, tmp_path, m
     lp = log_softmax(f32)
     nll = float(-lp[np.arange(POSITIONS), np.asarray(eval_ids[1:POSITIONS + 1])].mean())
     top_p = float(np.exp(lp.max(-1)).mean())
-    assert nll <= 2.6, nll
-    assert top_p >= 0.4, top_p
+    assert nll <= 2.6, nll  # measured 2.20
+    assert top_p >= 0.35, top_p  # measured 0.43
 
     figures = {"f32": {"eval_nll_nats_per_byte": nll, "mean_top1_probability": top_p}}
     figures["bf16"] = compare(f32, lumen_logits(tmp_path, trained, ids, "bf16", "bf16"))
@@ -127,13 +127,16 @@ def test_q8_and_q4_against_f32_on_a_trained_model(trained, eval_ids, tmp_path, m
     print(json.dumps(figures, indent=2))
 
     q8, q8s, q4, bf16 = figures["q8"], figures["q8_int8_activations"], figures["q4"], figures["bf16"]
+    # Measured (seed 0, torch 2.15, 2026-12-03): bf16 100% / KL 2.2e-6; q8 100% / 1.9e-5;
+    # q8 with int8 activations 98.8% / 4.6e-5; q4 94.9% / 4.8e-3. Bounds: the bar for
+    # q8, about 4x the measured KL elsewhere.
     assert q8["top1_agreement"] >= 0.99, q8          # the bar
-    assert q8["mean_kl"] <= 2e-4, q8
-    assert q8s["top1_agreement"] >= 0.97 and q8s["mean_kl"] <= 1e-3, q8s
-    assert bf16["top1_agreement"] >= 0.99 and bf16["mean_kl"] <= 1e-4, bf16
-    assert q4["top1_agreement"] >= 0.85 and q4["mean_kl"] <= 0.05, q4
-    # Each step of precision helps: the split activations beat single int8, q8 beats q4.
-    assert q8["mean_kl"] < q8s["mean_kl"] < q4["mean_kl"], figures
+    assert q8["mean_kl"] <= 1e-4, q8
+    assert q8s["top1_agreement"] >= 0.97 and q8s["mean_kl"] <= 2e-4, q8s
+    assert bf16["top1_agreement"] >= 0.99 and bf16["mean_kl"] <= 1e-5, bf16
+    assert q4["top1_agreement"] >= 0.88 and q4["mean_kl"] <= 0.02, q4
+    # Each step of precision helps: bf16 < q8 (split activations) < q8 (int8) < q4 in KL.
+    assert bf16["mean_kl"] < q8["mean_kl"] < q8s["mean_kl"] < q4["mean_kl"], figures
 
 
 def test_bad_q8_activation_mode_is_one_clear_error(trained, tmp_path, monkeypatch):
