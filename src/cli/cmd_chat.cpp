@@ -40,9 +40,8 @@ int run_chat(const ChatOptions& o) {
   base.sampling = cli::sampling_from_flags(o.sampling, model_path);
   cli::ModelFlags load_flags = o.model_flags;
   load_flags.verbose_fields = load_flags.verbose_fields || o.verbose;
-  auto engine = cli::load_engine(o.model, load_flags);
+  auto engine = cli::load_engine(o.model, load_flags, {}, true);
   const auto& tok = engine->require_tokenizer();
-  runtime::check_tokenizer(engine->run_config(), tok);
   const auto format = tokenizer::detect_chat_format(engine->spec(), tok);
   base.max_tokens = o.n.value_or(1024);
   for (const auto& stop : o.stops) base.stop_strings.push_back(cli::unescape(stop));

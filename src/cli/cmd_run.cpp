@@ -53,9 +53,8 @@ int run_prompt(const RunOptions& o) {
   // Flags first: a typo costs no model load.
   runtime::GenerationRequest req;
   req.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = cli::load_engine(o.model, o.load_flags());
+  auto engine = cli::load_engine(o.model, o.load_flags(), {}, true);
   const auto& tok = engine->require_tokenizer();
-  runtime::check_tokenizer(engine->run_config(), tok);
   const bool add_bos = engine->run_config().add_bos.value_or(true);
   req.max_tokens = o.n.value_or(256);
   for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));

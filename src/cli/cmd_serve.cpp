@@ -43,9 +43,8 @@ int serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const std::string model_path = lumen::cli::model_path_of(o.model, o.model_flags);
-  auto engine = lumen::cli::load_engine(o.model, o.model_flags);
+  auto engine = lumen::cli::load_engine(o.model, o.model_flags, {}, true);
   const auto& tokenizer = engine->require_tokenizer();
-  lumen::runtime::check_tokenizer(engine->run_config(), tokenizer);
 
   const auto& spec = engine->spec();
   lumen::server::ServerOptions so;

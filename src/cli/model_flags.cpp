@@ -36,7 +36,7 @@ std::string model_path_of(const std::string& model_flag, const ModelFlags& f) {
 }
 
 std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, const ModelFlags& f,
-                                             runtime::LoadOptions options) {
+                                             runtime::LoadOptions options, bool needs_tokenizer) {
   const std::string weights = model_path_of(model_flag, f);
   options.allow_unverified = options.allow_unverified || f.allow_unverified;
   runtime::RunConfig run;
@@ -53,6 +53,7 @@ std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, cons
   if (options.manifest_spec) runtime::validate_run_config(run, *options.manifest_spec);
   auto engine = runtime::Engine::load(weights, options);
   runtime::validate_run_config(run, engine->spec());
+  if (needs_tokenizer) runtime::check_tokenizer(run, engine->require_tokenizer());
   if (!f.manifest.empty()) {
     fmt::print(stderr, "lumen: {}; session: {}\n", summary, runtime::run_config_to_text(run));
     if (f.verbose_fields)

@@ -29,9 +29,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverifie
 // manifest's spec and settings (after the gate and the field check; a one-line summary of
 // the field table goes to stderr, the whole table with `verbose_fields`), the weights from
 // --weights (or -m); without, the model of -m (resolve_model_path) and default settings.
-// Flags override either. `options` carries the rest (quant).
+// Flags override either. `options` carries the rest (quant). `needs_tokenizer`: the command
+// generates text, so the tokenizer is loaded and checked against the manifest's tokenizer
+// block here, before the summary line (a mismatch is the only line printed).
 std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, const ModelFlags& flags,
-                                             runtime::LoadOptions options = {});
+                                             runtime::LoadOptions options = {}, bool needs_tokenizer = false);
 
 // The model path a command reports (the weights of a manifest run, else -m resolved).
 std::string model_path_of(const std::string& model_flag, const ModelFlags& flags);

@@ -266,10 +266,12 @@ void check_tokenizer(const RunConfig& c, const tokenizer::Tokenizer& tok) {
   if (t.where.empty()) return;
   const std::string at = c.manifest + ": " + t.where + ".";
   if (!t.type.empty()) {
-    // Doppler calls a tokenizer.json "bpe"/"huggingface"; Lumen's loaders report their kind.
+    // Lumen's loaders report "sentencepiece", "hf-bpe" (tokenizer.json) or "gguf-gemma*" (a
+    // GGUF's copy of the SentencePiece vocabulary); the manifest says sentencepiece or bpe.
     const std::string kind = tok.kind();
-    const bool same = t.type == kind || (t.type == "sentencepiece" && kind.find("sentencepiece") != std::string::npos) ||
-                      ((t.type == "bpe" || t.type == "huggingface") && kind != "sentencepiece");
+    const bool sp = kind == "sentencepiece" || kind.rfind("gguf-gemma", 0) == 0;
+    const bool same = t.type == kind || (t.type == "sentencepiece" && sp) ||
+                      ((t.type == "bpe" || t.type == "huggingface" || t.type == "hf") && kind == "hf-bpe");
     if (!same) throw Error(at + "type " + in_single_quotes(t.type) + " does not match the loaded tokenizer (" + kind + ")");
   }
   if (t.vocab_size && *t.vocab_size != tok.vocab_size())

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, model_dir, run_lumen, shared_dir, token_sequence, tokens_arg, work_dir
+from tokenizer_refs import gemma3_tokenizer_json
 
 SEED = shared_dir() / "manifests" / "litert-gemma-4-12b-it.json"
 F16_ABS_TOL = 0.05      # f16 keys/values: |logit diff| bound (logits of std ~3)
@@ -344,3 +345,56 @@ def test_manifest_without_weights_and_unreadable_manifest(weights, tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{ not json")
     one_error_line(run_lumen("run", "--manifest", bad, "--weights", weights, "--tokens", "2"), str(bad), "not valid JSON")
+
+
+# ----------------------------------------------------------------------------------- text (Session)
+
+@pytest.fixture(scope="module")
+def text_weights() -> Path:
+    """tiny-vocab262k plus the Gemma tokenizer.json (as test_text_cli does), in a folder of its own."""
+    bare = model_dir("tiny-vocab262k")
+    out = work_dir() / "models" / f"{bare.name}-manifest-text"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in bare.iterdir():
+        if f.is_file() and not f.name.startswith("."):
+            (out / f.name).symlink_to(f.resolve())
+    (out / "tokenizer.json").symlink_to(gemma3_tokenizer_json().resolve())
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+PROMPT = ["--raw", "-p", "The quick brown fox jumps over the lazy dog. Once upon a time", "--temp", "0", "-n", "16"]
+
+
+def test_text_run_uses_the_manifest_session_and_checks_the_tokenizer(text_weights, tmp_path):
+    plain = run_lumen("run", "-m", text_weights, *PROMPT)
+    assert plain.returncode == 0, plain.stderr
+    # The seed's tokenizer block says sentencepiece; this model's tokenizer is a tokenizer.json.
+    m = tiny_manifest(text_weights, session=kv_session("f32", "paged"))
+    one_error_line(run_lumen("run", "--manifest", write(tmp_path, "sp.json", m), "--weights", text_weights,
+                             "--allow-unverified", *PROMPT),
+                   "runtime.tokenizer.litertlm.type 'sentencepiece' does not match the loaded tokenizer (hf-bpe)")
+    # Declared as bpe: the Gemma 3 tokenizer.json has 262145 entries, the block says 262144.
+    m["runtime"]["tokenizer"]["litertlm"].update(type="bpe", addBosToken=True)
+    one_error_line(run_lumen("run", "--manifest", write(tmp_path, "vocab.json", m), "--weights", text_weights,
+                             "--allow-unverified", *PROMPT),
+                   "runtime.tokenizer.litertlm.vocabSize 262144 does not match the loaded tokenizer's 262145 tokens")
+    # Without a declared size, BOS added as the plain path does: the same text through Session.
+    del m["runtime"]["tokenizer"]["litertlm"]["vocabSize"]
+    same = run_lumen("run", "--manifest", write(tmp_path, "bpe.json", m), "--weights", text_weights,
+                     "--allow-unverified", "--prefill-chunk", "5", *PROMPT)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout == plain.stdout
+    # addBosToken false (the seed's): the prompt starts without BOS, so the continuation is another one.
+    m["runtime"]["tokenizer"]["litertlm"]["addBosToken"] = False
+    no_bos = run_lumen("run", "--manifest", write(tmp_path, "nobos.json", m), "--weights", text_weights,
+                       "--allow-unverified", *PROMPT)
+    assert no_bos.returncode == 0, no_bos.stderr
+    assert no_bos.stdout != plain.stdout
+    # A wrong special id in the tokenizer block is named.
+    m["runtime"]["tokenizer"]["litertlm"]["bosTokenId"] = 5
+    m["runtime"]["rawConfig"]["text_config"]["bos_token_id"] = 5
+    one_error_line(run_lumen("run", "--manifest", write(tmp_path, "bos.json", m), "--weights", text_weights,
+                             "--allow-unverified", *PROMPT),
+                   "runtime.tokenizer.litertlm.bosTokenId 5 does not match the loaded tokenizer's 2")
