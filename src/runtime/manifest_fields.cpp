@@ -73,7 +73,7 @@ const Rule kRules[] = {
     {"runtime.manifestInference.attention.queryPreAttnScalar", S::Honoured, "spec: attention scale (1/sqrt of it; 1 = unscaled)"},
     {"runtime.manifestInference.attention.attnLogitSoftcapping", S::Honoured, "spec: attention score softcap (null = none)"},
     {"runtime.manifestInference.attention.slidingWindow", S::Honoured, "spec: window of sliding layers (keys p-window+1 .. p)"},
-    {"runtime.manifestInference.attention.queryKeyNormWeightLayers", S::Honoured, "spec: layers whose q/k norms have learned gains (others: unit gain)"},
+    {"runtime.manifestInference.attention.queryKeyNormWeightLayers", S::Checked, "spec: layers whose q/k norms have learned gains (others: unit gain); must match the weights' layers"},
     {"runtime.manifestInference.normalization", S::Honoured, "spec: RMSNorm epsilon, weight offset and which norms run"},
     {"runtime.manifestInference.ffn", S::Honoured, "spec: gated tanh-GELU dense FFN"},
     {"runtime.manifestInference.rope", S::Honoured, "spec: RoPE theta, partial rotation, frequency base dim and scaling per layer kind"},
@@ -119,7 +119,7 @@ const Rule kRules[] = {
     {"runtime.tokenizer.litertlm.addEosToken", S::Honoured, "no EOS appended to prompts (true is refused)"},
     {"package.litertlm", S::Ignored, "LiteRT package weight mapping: read when .litertlm weights are loaded, not used with other weights"},
     {"package.litertlm.unsupported", S::Honoured, "the gate (with manifestInference.unsupported)"},
-    {"package.litertlm.layerScalarLayers", S::Honoured, "spec: layers with a learned layer scalar"},
+    {"package.litertlm.layerScalarLayers", S::Checked, "spec: layers with a learned layer scalar; must match the weights' layers"},
     {"package.litertlm.missingLayerScalarValue", S::Honoured, "spec: the scalar of the other layers"},
 };
 

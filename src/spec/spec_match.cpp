@@ -53,6 +53,17 @@ std::vector<std::string> check_manifest_matches_weights(const ModelSpec& m, cons
                std::string(b.k_eq_v ? "K=V (no v_proj)" : "a separate v_proj") + " at " + layer);
     if (a.ffn_dim != b.ffn_dim)
       mismatch(kArch + "intermediateSize", std::to_string(a.ffn_dim), "FFN width " + std::to_string(b.ffn_dim) + " at " + layer);
+    // Which small tensors a layer has: the manifest's layer lists must describe these weights.
+    auto list_mismatch = [&](const std::string& field, bool listed, const std::string& weights_have) {
+      throw Error(m.source + ": " + field + (listed ? " lists " : " leaves out ") + layer + ", but the weights have " +
+                  weights_have + " there (" + w.source + ")");
+    };
+    if (a.q_norm_weight != b.q_norm_weight)
+      list_mismatch("runtime.manifestInference.attention.queryKeyNormWeightLayers", a.q_norm_weight,
+                    b.q_norm_weight ? "learned q/k norm gains" : "no q/k norm gains");
+    if (a.has_layer_scalar != b.has_layer_scalar)
+      list_mismatch("package.litertlm.layerScalarLayers", a.has_layer_scalar,
+                    b.has_layer_scalar ? "a layer_scalar" : "no layer_scalar");
     // Behaviour the weights' own config also describes: the manifest decides; differences are shown.
     if (a.window != b.window)
       notes.push_back(layer + ": window " + std::to_string(a.window) + " (manifest) vs " + std::to_string(b.window) + " (weights' config)");

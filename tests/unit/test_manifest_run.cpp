@@ -182,7 +182,7 @@ TEST(FieldTable, SeedManifestEveryFieldIsClassified) {
   EXPECT_EQ(field(t, "runtime.manifestInference.session.decodeLoop.readbackMode").status, FieldStatus::Ignored);
   EXPECT_EQ(field(t, "runtime.manifestInference.session.perLayerInputs.gpuUpload.mode").status, FieldStatus::Ignored);
   EXPECT_EQ(field(t, "runtime.manifestInference.unsupported.code").status, FieldStatus::Honoured);
-  EXPECT_EQ(field(t, "package.litertlm.layerScalarLayers").status, FieldStatus::Honoured);
+  EXPECT_EQ(field(t, "package.litertlm.layerScalarLayers").status, FieldStatus::Checked);
   EXPECT_EQ(field(t, "package.litertlm.graphAdapter").status, FieldStatus::Ignored);
   EXPECT_EQ(field(t, "runtime.rawConfig.text_config.rope_scaling.factor").status, FieldStatus::Ignored);
   EXPECT_EQ(field(t, "runtime.tokenizer.litertlm.eosTokens").status, FieldStatus::Honoured);
@@ -227,6 +227,23 @@ TEST(SpecMatch, LayerCountAndShapesMustEqualTheWeights) {
             "seed.json: runtime.architecture.numLayers 47 does not match the weights' 48 layers (weights/config.json)");
 
   EXPECT_TRUE(spec::check_manifest_matches_weights(manifest, manifest).empty());
+
+  // The seed's LiteRT layer lists (q/k norm gains on 25 layers, scalars on 42) against weights
+  // with every tensor: the first layer left out is named.
+  json all_tensors = seed();
+  all_tensors["runtime"]["manifestInference"]["attention"]["queryKeyNormWeightLayers"] = nullptr;
+  const spec::ModelSpec full_qk = spec::spec_from_manifest(all_tensors, "w.json");
+  EXPECT_EQ(error_of([&] { spec::check_manifest_matches_weights(manifest, full_qk); }),
+            "seed.json: runtime.manifestInference.attention.queryKeyNormWeightLayers leaves out layer 0, but the "
+            "weights have learned q/k norm gains there (w.json)");
+  all_tensors["package"]["litertlm"]["layerScalarLayers"] = nullptr;
+  json no_qk_list = seed();
+  no_qk_list["runtime"]["manifestInference"]["attention"]["queryKeyNormWeightLayers"] = nullptr;
+  EXPECT_NE(error_of([&] {
+              spec::check_manifest_matches_weights(spec::spec_from_manifest(no_qk_list, "m.json"),
+                                                   spec::spec_from_manifest(all_tensors, "w.json"));
+            }).find("package.litertlm.layerScalarLayers leaves out layer 21"),
+            std::string::npos);
 
   json wide = seed();
   wide["runtime"]["architecture"]["intermediateSize"] = 15000;
