@@ -167,6 +167,23 @@ def test_f16_kv_of_the_seed_session_is_honoured_and_close(weights, tmp_path):
     assert np.abs(paged - f16).max() <= F16_LAYOUT_REL_TOL * np.abs(f16).max()
 
 
+def test_packed_weights_and_bare_safetensors(weights, tmp_path):
+    # A packed .lmp (lumen convert) as the weights: the same bits as running the .lmp plainly.
+    lmp = tmp_path / "tiny.lmp"
+    r = run_lumen("convert", weights, lmp, "--quant", "f32")
+    assert r.returncode == 0, r.stderr
+    m = write(tmp_path, "f32.json", tiny_manifest(weights, session=kv_session("f32", "paged")))
+    plain = logits(tmp_path, "lmp", "-m", lmp)
+    via = logits(tmp_path, "lmpm", "--manifest", m, "--weights", lmp, "--allow-unverified")
+    assert np.array_equal(plain, via)
+    # A directory of bare safetensors (no config.json): the manifest is the only description.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "model.safetensors").symlink_to((weights / "model.safetensors").resolve())
+    assert np.array_equal(logits(tmp_path, "bare", "--manifest", m, "--weights", bare, "--allow-unverified"),
+                          logits(tmp_path, "dir", "-m", weights))
+
+
 def test_paged_equals_contiguous_and_chunking_only_reorders_sums(weights, tmp_path):
     m = write(tmp_path, "f32c.json", tiny_manifest(weights, session=kv_session("f32", "contiguous")))
     base = ["--manifest", m, "--weights", weights, "--allow-unverified"]
