@@ -148,9 +148,10 @@ bool matches(const std::string& path, const std::string& pattern) {
                              path[pattern.size()] == '.');
 }
 
-// The tokenizer block may sit at runtime.tokenizer or runtime.tokenizer.litertlm; rules name
-// the latter, so a flat block is looked up under it.
-std::string rule_path(const std::string& path) {
+// The tokenizer block may sit at runtime.tokenizer(.litertlm) or tokenizer(.litertlm); rules
+// name runtime.tokenizer.litertlm, so the others are looked up under it.
+std::string rule_path(std::string path) {
+  if (path.rfind("tokenizer.", 0) == 0) path = "runtime." + path;  // a top-level tokenizer block
   const std::string flat = "runtime.tokenizer.";
   if (path.rfind(flat, 0) == 0 && path.rfind("runtime.tokenizer.litertlm", 0) != 0)
     return "runtime.tokenizer.litertlm." + path.substr(flat.size());

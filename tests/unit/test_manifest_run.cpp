@@ -194,6 +194,19 @@ TEST(FieldTable, SeedManifestEveryFieldIsClassified) {
   EXPECT_EQ(j["fields"].size(), t.fields.size());
 }
 
+TEST(FieldTable, TokenizerBlockAtTheTopLevelIsClassifiedTheSame) {
+  json m = seed();
+  m["tokenizer"] = m["runtime"]["tokenizer"]["litertlm"];
+  m["runtime"].erase("tokenizer");
+  const auto t = runtime::manifest_field_table(m, "m.json");
+  EXPECT_TRUE(t.error.empty()) << t.error;
+  EXPECT_EQ(field(t, "tokenizer.eosTokens").status, FieldStatus::Honoured);
+  EXPECT_EQ(field(t, "tokenizer.bosTokenId").status, FieldStatus::Checked);
+  const auto c = runtime::run_config_from_manifest(m, "m.json");
+  EXPECT_EQ(c.stop_tokens, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(c.tokenizer.where, "tokenizer");
+}
+
 TEST(FieldTable, TieringTurnsItsFieldsOnAndUnknownFieldsAreRefused) {
   json m = seed();
   session(m)["kvcache"]["tiering"]["mode"] = "on";
