@@ -21,7 +21,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--page-size", f.run.page_size, "Positions per KV page (default: the manifest's, else 256)");
   cmd->add_option("--kv-cold", f.run.kv_cold, "Cold tier of full-attention layers: off, f32, f16, bf16, int8, int4");
   cmd->add_option("--hot-window", f.run.hot_window, "Positions of full-attention layers kept hot when tiered (default 1024)");
-  cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step");
+  cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step (default 256; serve: 64, so running streams keep flowing)");
 }
 
 std::string model_path_of(const std::string& model_flag, const ModelFlags& f) {
