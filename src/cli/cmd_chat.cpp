@@ -2,6 +2,7 @@
 // whole conversation with the chat template; the session's KV cache already holds the
 // earlier turns, so only the new text is prefilled. /reset starts over, /exit (or EOF, or
 // Ctrl-C at the prompt) leaves; Ctrl-C during an answer stops that answer only.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "cli/text_options.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -28,20 +30,25 @@ struct ChatOptions {
   std::vector<std::string> stops;
   bool think = false, verbose = false, quiet = false;
   lumen::cli::SamplingFlags sampling;
+  lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings
 };
 
 int run_chat(const ChatOptions& o) {
   using namespace lumen;
-  const std::string model_path = cli::resolve_model_path(o.model);
+  const std::string model_path = cli::model_path_of(o.model, o.model_flags);
   runtime::GenerationRequest base;
   base.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = runtime::Engine::load(model_path);
+  cli::ModelFlags load_flags = o.model_flags;
+  load_flags.verbose_fields = load_flags.verbose_fields || o.verbose;
+  auto engine = cli::load_engine(o.model, load_flags, {}, true);
   const auto& tok = engine->require_tokenizer();
   const auto format = tokenizer::detect_chat_format(engine->spec(), tok);
   base.max_tokens = o.n.value_or(1024);
   for (const auto& stop : o.stops) base.stop_strings.push_back(cli::unescape(stop));
   base.stop_tokens = tokenizer::chat_stop_tokens(format, engine->spec(), tok);
   base.skip_special = !o.think;
+  for (int32_t id : engine->run_config().stop_tokens)
+    if (std::find(base.stop_tokens.begin(), base.stop_tokens.end(), id) == base.stop_tokens.end()) base.stop_tokens.push_back(id);
 
   runtime::Session session(*engine);
   std::vector<tokenizer::ChatMessage> history;
@@ -123,6 +130,7 @@ LUMEN_COMMAND(15, [](CLI::App& app) {
   cmd->add_flag("-v,--verbose", o->verbose, "Print speed figures after each answer (the default unless --quiet)");
   cmd->add_flag("-q,--quiet", o->quiet, "No banner and no speed figures");
   lumen::cli::add_sampling_flags(cmd, o->sampling);
+  lumen::cli::add_model_flags(cmd, o->model_flags, true);
   return std::pair{cmd, lumen::cli::Runner([o] { return run_chat(*o); })};
 });
 

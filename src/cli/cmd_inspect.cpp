@@ -11,12 +11,15 @@
 #include "cli/command.h"
 #include "cli/inspect_litert.h"
 #include "kv/kv_config.h"
+#include "runtime/manifest_fields.h"
+#include "runtime/run_config.h"
 #include "spec/model_spec.h"
 
 namespace {
 
 struct InspectOptions {
   std::string path;
+  std::string manifest;  // --manifest: the field table
   bool json = false;
   int64_t context = 0;
   std::string kv_dtype, kv_layout, kv_cold;
@@ -65,7 +68,9 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand(
       "inspect", "List a .litertlm package or .tflite model, or print the model spec of a model directory, config.json, manifest or GGUF file");
-  cmd->add_option("path", opts->path, ".litertlm, .tflite, .gguf, model directory, config.json or doppler.execution/v1 manifest")->required();
+  cmd->add_option("path", opts->path, ".litertlm, .tflite, .gguf, model directory, config.json or doppler.execution/v1 manifest");
+  cmd->add_option("--manifest", opts->manifest,
+                  "List every field of this doppler.execution/v1 manifest: honoured, checked, ignored or refused");
   cmd->add_flag("--json", opts->json, "Print JSON instead of text");
   cmd->add_option("--context", opts->context, "Also show the KV cache at this many positions");
   cmd->add_option("--kv-dtype", opts->kv_dtype, "KV dtype (f32, f16, bf16); default: the manifest's, else f32");
@@ -75,6 +80,17 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
   cmd->add_option("--page-size", opts->page_size, "Positions per KV page");
   cmd->add_option("--memory-limit-mib", opts->memory_limit_mib, "Refuse a context whose KV cache exceeds this");
   return std::pair{cmd, lumen::cli::Runner([opts] {
+    if (!opts->manifest.empty()) {
+      if (!opts->path.empty()) throw lumen::Error("inspect: give a PATH or --manifest, not both");
+      const auto table = lumen::runtime::manifest_field_table(lumen::runtime::read_manifest_json(opts->manifest), opts->manifest);
+      if (opts->json) std::cout << lumen::runtime::field_table_to_json(table).dump(2) << "\n";
+      else std::cout << lumen::runtime::field_table_to_text(table);
+      std::cout.flush();
+      // A refused field: the table is printed, then the error a run would give.
+      if (!table.error.empty()) throw lumen::Error(table.error);
+      return 0;
+    }
+    if (opts->path.empty()) throw lumen::Error("inspect: give a PATH (or --manifest MANIFEST)");
     if (lumen::cli::inspect_litert_file(opts->path, opts->json)) return 0;
     const lumen::spec::ModelSpec spec = lumen::spec::load_spec(opts->path);
     if (opts->context < 0) throw lumen::Error("--context: must not be negative");

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "formats/npy.h"
 #include "runtime/engine.h"
 
@@ -10,6 +11,7 @@ namespace {
 struct LogitsOptions {
   bool allow_unverified = false;
   std::string model, tokens, out, quant;
+  lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings
 };
 
 LUMEN_COMMAND(60, [](CLI::App& app) {
@@ -21,12 +23,13 @@ LUMEN_COMMAND(60, [](CLI::App& app) {
   cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
   cmd->add_flag("--allow-unverified", opts->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
+  lumen::cli::add_model_flags(cmd, opts->model_flags, false);
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const auto tokens = lumen::cli::parse_token_list(opts->tokens);
     lumen::runtime::LoadOptions load;
     load.quant = opts->quant;
     load.allow_unverified = opts->allow_unverified;
-    auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(opts->model), load);
+    auto engine = lumen::cli::load_engine(opts->model, opts->model_flags, load);
     const auto logits = engine->logits_all(tokens);
     lumen::formats::write_npy_f32(opts->out, logits.data(),
                                   {int64_t(tokens.size()), int64_t(engine->spec().vocab_size)});

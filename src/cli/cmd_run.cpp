@@ -1,6 +1,7 @@
 // lumen run -m MODEL -p "prompt" [sampling flags]: streams the model's answer to stdout.
 // lumen run -m MODEL --tokens 2,105,9 -n 32: the greedy continuation of token ids, as a JSON
 // array (what the parity tests compare).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "cli/text_options.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -25,11 +27,19 @@ struct RunOptions {
   std::vector<std::string> stops;
   bool raw = false, think = false, verbose = false;
   lumen::cli::SamplingFlags sampling;
+  lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings
+
+  lumen::cli::ModelFlags load_flags() const {
+    lumen::cli::ModelFlags f = model_flags;
+    f.allow_unverified = f.allow_unverified || allow_unverified;
+    f.verbose_fields = f.verbose_fields || verbose;
+    return f;
+  }
 };
 
 int run_tokens(const RunOptions& o) {
   const auto tokens = lumen::cli::parse_token_list(o.tokens);
-  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), {.quant = "", .allow_unverified = o.allow_unverified});
+  auto engine = lumen::cli::load_engine(o.model, o.load_flags());
   const auto ids = engine->generate_greedy(tokens, o.n.value_or(32));
   std::cout << lumen::cli::ids_to_json(ids) << std::endl;
   return 0;
@@ -39,17 +49,18 @@ int run_prompt(const RunOptions& o) {
   using namespace lumen;
   if (o.prompt->empty()) throw Error("-p: the prompt is empty");
   if (o.raw && o.system) throw Error("--system: a system message needs the chat template (drop --raw)");
-  const std::string model_path = cli::resolve_model_path(o.model);
+  const std::string model_path = cli::model_path_of(o.model, o.model_flags);
   // Flags first: a typo costs no model load.
   runtime::GenerationRequest req;
   req.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = runtime::Engine::load(model_path, {.quant = "", .allow_unverified = o.allow_unverified});
+  auto engine = cli::load_engine(o.model, o.load_flags(), {}, true);
   const auto& tok = engine->require_tokenizer();
+  const bool add_bos = engine->run_config().add_bos.value_or(true);
   req.max_tokens = o.n.value_or(256);
   for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));
   if (o.raw) {
     const auto ids = tok.encode(*o.prompt, true);
-    if (tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) req.prompt.push_back(tok.bos_id());
+    if (add_bos && tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) req.prompt.push_back(tok.bos_id());
     req.prompt.insert(req.prompt.end(), ids.begin(), ids.end());
     req.stop_tokens = cli::completion_stop_tokens(*engine);
   } else {
@@ -62,6 +73,8 @@ int run_prompt(const RunOptions& o) {
     // Thinking output is framed by special tokens; show the frame.
     req.skip_special = !o.think;
   }
+  for (int32_t id : engine->run_config().stop_tokens)
+    if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) == req.stop_tokens.end()) req.stop_tokens.push_back(id);
 
   runtime::Session session(*engine);
   cli::InterruptGuard interrupt;
@@ -96,6 +109,7 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_flag("--allow-unverified", o->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
   lumen::cli::add_sampling_flags(cmd, o->sampling);
+  lumen::cli::add_model_flags(cmd, o->model_flags, false);
   return std::pair{cmd, lumen::cli::Runner([o, cmd] {
     if (o->prompt && cmd->count("--tokens") > 0) throw lumen::Error("-p and --tokens: give one or the other");
     if (o->prompt) return run_prompt(*o);

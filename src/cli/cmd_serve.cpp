@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/http_server.h"
@@ -19,8 +20,10 @@ namespace {
 
 struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, name;
-  int port = 8080, parallel = 4, queue = 32, ctx = 4096, prefill_chunk = 64, http_threads = 0;
+  int port = 8080, parallel = 4, queue = 32, ctx = 4096, http_threads = 0;
+  bool parallel_given = false;
   size_t max_body = 1 << 20;
+  lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings (--prefill-chunk)
 };
 
 bool is_loopback(const std::string& host) {
@@ -39,8 +42,8 @@ int serve(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  const std::string model_path = lumen::cli::resolve_model_path(o.model);
-  auto engine = lumen::runtime::Engine::load(model_path);
+  const std::string model_path = lumen::cli::model_path_of(o.model, o.model_flags);
+  auto engine = lumen::cli::load_engine(o.model, o.model_flags, {}, true);
   const auto& tokenizer = engine->require_tokenizer();
 
   const auto& spec = engine->spec();
@@ -62,9 +65,13 @@ int serve(const ServeOptions& o) {
   so.http_threads = o.http_threads > 0 ? o.http_threads : o.parallel + o.queue + 8;
 
   lumen::runtime::SchedulerOptions sched;
-  sched.max_active = o.parallel;
+  // --parallel, else the manifest's decode batch, else 4.
+  const auto& run = engine->run_config();
+  sched.max_active = o.parallel_given || !run.decode_batch ? o.parallel : *run.decode_batch;
   sched.max_queued = o.queue;
-  sched.prefill_chunk = o.prefill_chunk;
+  // A newcomer's prompt rows per step: --prefill-chunk, else 64 (small, so running streams keep flowing).
+  sched.prefill_chunk = o.model_flags.run.prefill_chunk ? run.prefill_chunk : 64;
+  sched.kv_config = run.kv;
   lumen::runtime::Scheduler scheduler(engine->model(), tokenizer, sched);
   lumen::server::Server server(so, spec, tokenizer, scheduler);
   const int port = server.bind();
@@ -102,14 +109,16 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
       ->envname("LUMEN_API_KEY");
   cmd->add_option("--ctx-size", opts->ctx, "Positions per sequence (prompt + completion)")
       ->check(CLI::Range(2, 1 << 20))->capture_default_str();
-  cmd->add_option("--prefill-chunk", opts->prefill_chunk, "Prompt tokens a newcomer adds per step")
-      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   cmd->add_option("--max-body-bytes", opts->max_body, "Largest request body accepted")
       ->check(CLI::Range(size_t(1024), size_t(1) << 30))->capture_default_str();
   cmd->add_option("--http-threads", opts->http_threads, "Connections served at once (default: parallel + queue + 8)")
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--name", opts->name, "Model id reported by /v1/models (default: the directory name)");
-  return std::pair{cmd, lumen::cli::Runner([opts] { return serve(*opts); })};
+  lumen::cli::add_model_flags(cmd, opts->model_flags, true);
+  return std::pair{cmd, lumen::cli::Runner([opts, cmd] {
+    opts->parallel_given = cmd->count("--parallel") > 0;
+    return serve(*opts);
+  })};
 });
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kv/make_cache.h"
 #include "quant/convert.h"
+#include "runtime/manifest_run.h"
 
 namespace lumen::runtime {
 
@@ -19,7 +20,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     engine->path_ = model_path;
     engine->packed_ = formats::PackedFile::open(model_path);
     const auto& packed = *engine->packed_;
-    spec::ModelSpec spec = spec::spec_from_hf_config(packed.config(), model_path);
+    spec::ModelSpec spec = spec_to_run(spec::spec_from_hf_config(packed.config(), model_path), options);
     model::ModelWeights weights = model::bind_weights(
         spec, [&](const std::string& name) { return packed.find(name); }, packed.names(), model_path, requantize);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
@@ -29,7 +30,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   engine->path_ = model_path;
   if (spec::is_gguf_file(model_path)) {
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
-    spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);
+    spec::ModelSpec spec = spec_to_run(spec::spec_from_gguf(*engine->gguf_), options);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
     // --quant: the ggml blocks expanded exactly, then stored in the requested format.
     if (requantize) model::requantize_weights(weights, *requantize);
@@ -43,7 +44,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
       throw Error(model_path + ": not a GGUF file (no 'GGUF' magic) and not a model directory");
     throw Error(model_path + ": not a model directory (expected config.json and *.safetensors) or .gguf file");
   }
-  spec::ModelSpec spec = spec::load_spec(model_path);
+  // With a manifest, a directory of bare safetensors (no config.json) is enough.
+  spec::ModelSpec spec = spec_to_run(
+      options.manifest_spec && !fs::exists(fs::path(model_path) / "config.json") ? std::nullopt
+                                                                                 : std::optional(spec::load_spec(model_path)),
+      options);
   spec::require_supported(spec, options.allow_unverified);  // before any weight is touched
   engine->checkpoint_ = formats::SafetensorsCheckpoint::open(model_path);
   const auto& ckpt = engine->checkpoint_;
@@ -88,7 +93,8 @@ const tokenizer::Tokenizer& Engine::require_tokenizer() const {
 
 std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk) const {
   const int64_t V = spec().vocab_size;
-  auto cache = kv::make_cache(spec(), kv::KvConfig{}, int64_t(tokens.size()));
+  if (chunk <= 0) chunk = run_config_.prefill_chunk;
+  auto cache = kv::make_cache(spec(), run_config_.kv, int64_t(tokens.size()));
   model::SequenceKv* caches[] = {cache.get()};
   std::vector<float> all(tokens.size() * size_t(V)), step;
   std::vector<model::BatchRow> rows;
@@ -106,13 +112,17 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, in
                                              const std::function<void(int32_t)>& on_token) const {
   if (prompt.empty()) throw Error("generation needs at least one prompt token");
   const int64_t V = spec().vocab_size;
-  auto cache = kv::make_cache(spec(), kv::KvConfig{}, int64_t(prompt.size()) + n);
+  auto cache = kv::make_cache(spec(), run_config_.kv, int64_t(prompt.size()) + n);
   model::SequenceKv* caches[] = {cache.get()};
   std::vector<model::BatchRow> rows;
-  for (size_t i = 0; i < prompt.size(); ++i)
-    rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
   std::vector<float> logits;
-  model_->forward(rows, caches, logits);
+  const size_t chunk = size_t(std::max(1, run_config_.prefill_chunk));
+  for (size_t start = 0; start < prompt.size(); start += chunk) {
+    rows.clear();
+    for (size_t i = start; i < std::min(prompt.size(), start + chunk); ++i)
+      rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
+    model_->forward(rows, caches, logits);
+  }
   std::vector<int32_t> out;
   int32_t pos = int32_t(prompt.size());
   for (int i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "formats/packed.h"
 #include "formats/safetensors.h"
 #include "model/gemma_model.h"
+#include "runtime/run_config.h"
 #include "spec/model_spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +27,9 @@ struct LoadOptions {
   std::string quant;
   // Load a manifest whose `unsupported` block marks it known-bad (refused otherwise).
   bool allow_unverified = false;
+  // A spec from a manifest (`--manifest`), run instead of the weights' own description after
+  // every shape is checked against it (runtime/manifest_run.h: spec_to_run).
+  std::optional<spec::ModelSpec> manifest_spec = std::nullopt;
 };
 
 class Engine {
@@ -51,9 +56,14 @@ class Engine {
   // Where the model was loaded from.
   const std::string& path() const { return path_; }
 
+  // Session settings (KV cache, prefill chunk, ...) of the runs this engine drives: its own
+  // loops below, and the Sessions made from it. Default: RunConfig{}.
+  const RunConfig& run_config() const { return run_config_; }
+  void set_run_config(RunConfig config) { run_config_ = std::move(config); }
+
   // Logits [tokens.size(), vocab] for every position of one sequence, prefilled in chunks
-  // of `chunk` rows (each chunk is one batched forward step).
-  std::vector<float> logits_all(std::span<const int32_t> tokens, int chunk = 256) const;
+  // of `chunk` rows (each chunk is one batched forward step; 0: run_config().prefill_chunk).
+  std::vector<float> logits_all(std::span<const int32_t> tokens, int chunk = 0) const;
 
   // Greedy continuation of `prompt`: exactly n tokens (no stop tokens), each reported to
   // on_token as soon as it is chosen.
@@ -70,6 +80,7 @@ class Engine {
   mutable bool tokenizer_looked_up_ = false;
   mutable std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string path_;
+  RunConfig run_config_;
 };
 
 // Index of the largest value; the lowest index wins ties (as torch.argmax does).

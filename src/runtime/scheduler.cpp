@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <exception>
 
-#include "kv/contiguous_cache.h"
+#include "kv/make_cache.h"
 
 namespace lumen::runtime {
 
@@ -69,12 +69,12 @@ struct Scheduler::Pending {
 struct Scheduler::Active {
   std::shared_ptr<Ticket> ticket;
   std::unique_ptr<Generation> generation;
-  kv::ContiguousCache cache;
+  std::unique_ptr<model::SequenceKv> cache;
   size_t prompt_done = 0;  // prompt rows already run
   int32_t next_pos = 0;    // position of the next row
 
-  Active(Pending&& p, const spec::ModelSpec& spec)
-      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(spec) {}
+  Active(Pending&& p, const spec::ModelSpec& spec, const kv::KvConfig& config)
+      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(kv::make_cache(spec, config)) {}
   bool prefilling() const { return prompt_done < generation->request().prompt.size(); }
 };
 
@@ -140,7 +140,7 @@ void Scheduler::run() {
           ++stats_.cancelled;
           continue;
         }
-        active.push_back(std::make_unique<Active>(std::move(*p), model_.spec()));
+        active.push_back(std::make_unique<Active>(std::move(*p), model_.spec(), options_.kv_config));
       }
       stats_.queued = int64_t(queue_.size());
       stats_.active = int64_t(active.size());
@@ -183,7 +183,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   // Every running sequence decodes one token per step.
   for (size_t i = 0; i < active.size(); ++i) {
     Active& a = *active[i];
-    caches.push_back(&a.cache);
+    caches.push_back(a.cache.get());
     if (a.prefilling()) continue;
     rows.push_back({int32_t(i), a.next_pos++, a.generation->next_input(), true});
     logit_owner.push_back(i);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kv/kv_config.h"
 #include "model/gemma_model.h"
 #include "runtime/generation.h"
 
@@ -30,6 +31,13 @@ struct SchedulerOptions {
   int max_active = 4;      // sequences decoding together
   int max_queued = 16;     // requests waiting for a slot; more are refused
   int prefill_chunk = 64;  // prompt rows admitted per step (all newcomers together)
+  // Each sequence's cache (kv::make_cache); default: contiguous f32, the exact reference.
+  kv::KvConfig kv_config = contiguous_f32();
+  static kv::KvConfig contiguous_f32() {
+    kv::KvConfig c;
+    c.layout = kv::KvLayout::Contiguous;
+    return c;
+  }
 };
 
 // One request's view of its sequence. The worker appends text and finishes it; the request's

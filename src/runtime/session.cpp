@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kv/contiguous_cache.h"
+#include "kv/make_cache.h"
 #include "runtime/engine.h"
 
 namespace lumen::runtime {
@@ -22,7 +23,10 @@ Session::Session(const model::GemmaModel& model, const tokenizer::Tokenizer& tok
   if (!cache_) cache_ = std::make_unique<kv::ContiguousCache>(model_.spec());
 }
 
-Session::Session(const Engine& engine) : Session(engine.model(), engine.require_tokenizer()) {}
+Session::Session(const Engine& engine)
+    : Session(engine.model(), engine.require_tokenizer(), kv::make_cache(engine.spec(), engine.run_config().kv)) {
+  set_prefill_chunk(engine.run_config().prefill_chunk);
+}
 
 void Session::set_prefill_chunk(int rows) {
   if (rows <= 0) throw Error("session: prefill chunk " + std::to_string(rows) + " must be positive");
@@ -40,6 +44,8 @@ std::span<float> Session::prefill(std::span<const int32_t> prompt, const std::at
   size_t common = 0;
   while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common]) ++common;
   common = std::min(common, prompt.size() - 1);
+  // A paged cache's sliding rings cannot go back more than about a page.
+  common = size_t(cache_->resumable_length(int32_t(common)));
   last_reused_ = int(common);
   // Storing at position `common` makes the cache forget every later position.
   tokens_.resize(common);

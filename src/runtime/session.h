@@ -42,7 +42,8 @@ class Session {
   // session, as must `model`.
   Session(const model::GemmaModel& model, const tokenizer::Tokenizer& tokenizer,
           std::unique_ptr<model::SequenceKv> cache = nullptr);
-  // The engine's model and tokenizer; throws lumen::Error when the model has no tokenizer.
+  // The engine's model and tokenizer, and a cache and prefill chunk from its run_config();
+  // throws lumen::Error when the model has no tokenizer.
   explicit Session(const Engine& engine);
 
   // Prefills so that the cache holds exactly `prompt`, reusing the longest cached prefix;

@@ -140,4 +140,11 @@ std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec);
 // A spec without the block passes.
 void require_supported(const ModelSpec& spec, bool allow_unverified);
 
+// A manifest's spec run on weights that carry their own description (config.json, GGUF
+// metadata, a packed file's config): every shape must agree, or one lumen::Error line names
+// the manifest field, both values and both sources ("M: runtime.architecture.numLayers 47
+// does not match the weights' 48 layers (W)"). Behaviour fields that differ (RoPE, softcaps,
+// windows ...) are the manifest's to decide: they are returned as notes.
+std::vector<std::string> check_manifest_matches_weights(const ModelSpec& manifest, const ModelSpec& weights);
+
 }  // namespace lumen::spec

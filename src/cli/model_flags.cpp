@@ -1,0 +1,66 @@
+#include "cli/model_flags.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "runtime/manifest_run.h"
+
+namespace lumen::cli {
+
+void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
+  cmd->add_option("--manifest", f.manifest,
+                  "doppler.execution/v1 manifest: model spec, session settings and tokenizer rules (with --weights)");
+  cmd->add_option("--weights", f.weights, "The weights a --manifest runs: safetensors directory, .gguf or packed .lmp");
+  if (with_allow_unverified)
+    cmd->add_flag("--allow-unverified", f.allow_unverified,
+                  "Run a model whose manifest marks it unsupported (known not to run correctly)");
+  cmd->add_flag("--fields", f.verbose_fields, "With --manifest: list every manifest field and what Lumen does with it (stderr)");
+  cmd->add_option("--kv-dtype", f.run.kv_dtype, "KV cache element type: f32, f16, bf16 (default: the manifest's, else f32)");
+  cmd->add_option("--kv-layout", f.run.kv_layout, "KV cache layout: contiguous, paged, tiered (default: the manifest's, else paged)");
+  cmd->add_option("--page-size", f.run.page_size, "Positions per KV page (default: the manifest's, else 256)");
+  cmd->add_option("--kv-cold", f.run.kv_cold, "Cold tier of full-attention layers: off, f32, f16, bf16, int8, int4");
+  cmd->add_option("--hot-window", f.run.hot_window, "Positions of full-attention layers kept hot when tiered (default 1024)");
+  cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step (default 256; serve: 64, so running streams keep flowing)");
+}
+
+std::string model_path_of(const std::string& model_flag, const ModelFlags& f) {
+  if (!f.manifest.empty() || !f.weights.empty()) {
+    if (!f.weights.empty() && !model_flag.empty() && f.weights != model_flag)
+      throw Error("--weights and -m name different models: give one");
+    const std::string& w = f.weights.empty() ? model_flag : f.weights;
+    if (w.empty()) throw Error("--manifest: give the weights it runs (--weights PATH)");
+    return w;
+  }
+  return resolve_model_path(model_flag);
+}
+
+std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, const ModelFlags& f,
+                                             runtime::LoadOptions options, bool needs_tokenizer) {
+  const std::string weights = model_path_of(model_flag, f);
+  options.allow_unverified = options.allow_unverified || f.allow_unverified;
+  runtime::RunConfig run;
+  std::string summary;
+  if (!f.manifest.empty()) {
+    runtime::ManifestRun m = runtime::load_manifest_run(f.manifest, options.allow_unverified);
+    if (f.verbose_fields) fmt::print(stderr, "{}", runtime::field_table_to_text(m.table));
+    summary = "manifest " + f.manifest + ": " + runtime::field_counts_text(m.table.counts());
+    run = std::move(m.run);
+    options.manifest_spec = std::move(m.spec);
+  }
+  // Flags before the weights are read: a typo costs no load.
+  runtime::apply_run_flags(run, f.run);
+  if (options.manifest_spec) runtime::validate_run_config(run, *options.manifest_spec);
+  auto engine = runtime::Engine::load(weights, options);
+  runtime::validate_run_config(run, engine->spec());
+  if (needs_tokenizer) runtime::check_tokenizer(run, engine->require_tokenizer());
+  if (!f.manifest.empty()) {
+    fmt::print(stderr, "lumen: {}; session: {}\n", summary, runtime::run_config_to_text(run));
+    if (f.verbose_fields)
+      for (const auto& note : engine->spec().notes) fmt::print(stderr, "lumen: note: {}\n", note);
+  }
+  engine->set_run_config(std::move(run));
+  return engine;
+}
+
+}  // namespace lumen::cli

@@ -1,0 +1,41 @@
+// What run, chat, logits and serve share about the model they load: --manifest and --weights
+// (a manifest-driven run), the session settings (--kv-dtype --kv-layout --page-size
+// --kv-cold --hot-window --prefill-chunk; they win over the manifest's), and the load itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/engine.h"
+#include "runtime/run_config.h"
+
+namespace lumen::cli {
+
+struct ModelFlags {
+  std::string manifest;  // doppler.execution/v1 manifest: spec, session settings, tokenizer rules
+  std::string weights;   // the tensors for --manifest: safetensors dir, .gguf, packed .lmp
+  bool allow_unverified = false;
+  bool verbose_fields = false;  // list the manifest's field table on stderr
+  runtime::RunFlags run;
+};
+
+// Adds the flags. `with_allow_unverified`: also --allow-unverified (commands that already
+// have it pass false and copy their value into ModelFlags::allow_unverified).
+void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverified);
+
+// Loads the engine the flags describe, with its RunConfig set: with --manifest, the
+// manifest's spec and settings (after the gate and the field check; a one-line summary of
+// the field table goes to stderr, the whole table with `verbose_fields`), the weights from
+// --weights (or -m); without, the model of -m (resolve_model_path) and default settings.
+// Flags override either. `options` carries the rest (quant). `needs_tokenizer`: the command
+// generates text, so the tokenizer is loaded and checked against the manifest's tokenizer
+// block here, before the summary line (a mismatch is the only line printed).
+std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, const ModelFlags& flags,
+                                             runtime::LoadOptions options = {}, bool needs_tokenizer = false);
+
+// The model path a command reports (the weights of a manifest run, else -m resolved).
+std::string model_path_of(const std::string& model_flag, const ModelFlags& flags);
+
+}  // namespace lumen::cli
