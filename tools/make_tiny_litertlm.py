@@ -329,6 +329,8 @@ def tiny_manifest(config: dict, seed_manifest: dict, package_name: str) -> dict:
                       ropeFrequencyBaseDim=c.get("global_head_dim") or c["head_dim"],
                       ropeTheta=full["rope_theta"], ropeLocalTheta=c["rope_parameters"]["sliding_attention"]["rope_theta"])
     mi["output"].update(embeddingVocabSize=c["vocab_size"], finalLogitSoftcapping=c.get("final_logit_softcapping"))
+    tok = rt["tokenizer"]["litertlm"]
+    tok.update(vocabSize=c["vocab_size"], eosTokens=[1])
     lit = m["package"]["litertlm"]
     lit["layerScalarLayers"] = list(range(n))
     lit["unsupported"] = {

@@ -261,6 +261,45 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
 
 ModelWeights bind_litert_weights(const spec::ModelSpec& spec, const spec::PackageConstants& pc,
                                  const spec::LitertMap& map, LitertTarget target) {
+  // First what the map provides against what the spec needs (the root cause of a layer
+  // missing), then the constants' types and shapes.
+  std::map<std::string, int> provided;  // checkpoint name -> layer
+  std::set<int> layers;
+  for (const spec::MapEntry& e : map.entries) {
+    if (e.layer >= 0) layers.insert(e.layer);
+    if (e.transform == spec::MapTransform::SplitQkv) {
+      provided.emplace(spec::checkpoint_name(e.layer, "self_attn.q_proj"), e.layer);
+      provided.emplace(spec::checkpoint_name(e.layer, "self_attn.k_proj"), e.layer);
+      if (e.layer < spec.num_layers() && !spec.layers[size_t(e.layer)].k_eq_v)
+        provided.emplace(spec::checkpoint_name(e.layer, "self_attn.v_proj"), e.layer);
+    } else {
+      provided.emplace(spec::checkpoint_name(e.layer, e.role), e.layer);
+    }
+  }
+  const std::string how = map.kind == "file" ? "map " + map.path : std::string("the name rules");
+  const std::string cover = layers.empty() ? std::string("no layer")
+                                           : "layers " + std::to_string(*layers.begin()) + ".." +
+                                                 std::to_string(*layers.rbegin()) + " (" + std::to_string(layers.size()) +
+                                                 " of " + std::to_string(spec.num_layers()) + ")";
+  // A layer with nothing at all mapped to it is the finding (as the 12B package's 47 groups
+  // for 48 layers); a single missing role otherwise.
+  for (int l = 0; l < spec.num_layers(); ++l)
+    if (!layers.count(l))
+      throw Error(pc.package + ": no constant maps to layer " + std::to_string(l) + " (mapped by " + how +
+                  "; the package's constants cover " + cover + "); `lumen verify` tells which source layer lacks a group");
+  for (const auto& want : spec::expected_tensors(spec)) {
+    if (provided.count(want.name)) continue;
+    int layer = -1;
+    std::string role = want.name;
+    if (want.name.rfind("layers.", 0) == 0) {
+      const size_t dot = want.name.find('.', 7);
+      layer = std::stoi(want.name.substr(7, dot - 7));
+      role = want.name.substr(dot + 1);
+    }
+    if (role.size() > 7 && role.compare(role.size() - 7, 7, ".weight") == 0) role.resize(role.size() - 7);
+    throw Error(pc.package + ": no constant maps to " + layer_role_text(layer, role) + " (mapped by " + how +
+                "; the package's constants cover " + cover + "); `lumen verify` tells which source layer lacks a group");
+  }
   std::vector<LitertTensor> tensors;
   std::map<std::string, size_t> by_name;
   for (const spec::MapEntry& e : map.entries) {
@@ -272,28 +311,6 @@ ModelWeights bind_litert_weights(const spec::ModelSpec& spec, const spec::Packag
                     layer_role_text(t.layer, t.role));
       tensors.push_back(std::move(t));
     }
-  }
-  const std::string how = map.kind == "file" ? "map " + map.path : std::string("the name rules");
-  int lowest_missing = -1;
-  for (const auto& want : spec::expected_tensors(spec)) {
-    if (by_name.count(want.name)) continue;
-    int layer = -1;
-    std::string role = want.name;
-    if (want.name.rfind("layers.", 0) == 0) {
-      const size_t dot = want.name.find('.', 7);
-      layer = std::stoi(want.name.substr(7, dot - 7));
-      role = want.name.substr(dot + 1);
-    }
-    if (role.size() > 7 && role.compare(role.size() - 7, 7, ".weight") == 0) role.resize(role.size() - 7);
-    if (lowest_missing < 0 || layer < lowest_missing) lowest_missing = layer;
-    std::set<int> layers;
-    for (const auto& t : tensors)
-      if (t.layer >= 0) layers.insert(t.layer);
-    std::string cover = layers.empty() ? std::string("no layer")
-                                       : "layers " + std::to_string(*layers.begin()) + ".." + std::to_string(*layers.rbegin()) +
-                                             " (" + std::to_string(layers.size()) + " of " + std::to_string(spec.num_layers()) + ")";
-    throw Error(pc.package + ": no constant maps to " + layer_role_text(layer, role) + " (mapped by " + how +
-                "; the package's constants cover " + cover + "); `lumen verify` tells which source layer lacks a group");
   }
   std::map<std::string, formats::TensorView> views;
   std::vector<std::string> names;

@@ -51,7 +51,7 @@ def test_bad_map_files(pk, tmp_path):
     m = json.loads(json.dumps(good))
     m["entries"][5]["role"] = "mlp.fused_up"
     cp, p = with_map("role.json", json.dumps(m))
-    one_line_error(cp, p, "entries[5]", 'unknown role "mlp.fused_up"', "arith.constant5")
+    one_line_error(cp, p, "entries[5]", "unknown role 'mlp.fused_up'", "arith.constant5")
     m = json.loads(json.dumps(good))
     m["entries"][3]["constant"] = 10_000
     cp, p = with_map("range.json", json.dumps(m))
@@ -90,7 +90,7 @@ def test_bad_packages(pk, tmp_path):
     other = json.loads((pk / "source-q" / "config.json").read_text())
     other["intermediate_size"] = 96
     (d / "config.json").write_text(json.dumps(other))
-    one_line_error(logits(d / "tiny.litertlm", tmp_path), "mlp.gate_proj", "which the model spec needs as [96, 64]")
+    one_line_error(logits(d / "tiny.litertlm", tmp_path), "mlp.down_proj", "which the model spec needs as [64, 96]")
 
 
 def test_verify_usage_and_bad_input(pk, tmp_path):

@@ -218,9 +218,9 @@ def test_other_receipts_do_not_lift_the_gate(pk, tmp_path, receipts):
     f = tmp_path / "failing.json"
     f.write_text(json.dumps(failing))
     cp = gated(pk, tmp_path, "--receipt", f)
-    assert cp.returncode == 1 and 'has verdict "fail"' in cp.stderr, describe(cp)
+    assert cp.returncode == 1 and "has verdict 'fail'" in cp.stderr, describe(cp)
     # The swapped package with its own (failing) receipt stays refused.
     cp = gated(pk, tmp_path, "--receipt", swapped, model=pk / "tiny-swapped.litertlm")
-    assert cp.returncode == 1 and 'has verdict "fail"' in cp.stderr, describe(cp)
+    assert cp.returncode == 1 and "has verdict 'fail'" in cp.stderr, describe(cp)
     cp = gated(pk, tmp_path, "--allow-unverified")
     assert cp.returncode == 0, describe(cp)

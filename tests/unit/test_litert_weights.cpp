@@ -290,7 +290,7 @@ TEST(LitertMap, MapFileIsCheckedAgainstThePackage) {
       {R"({"schema": "lumen.litert-map/v2", "entries": []})", "expected \"lumen.litert-map/v1\""},
       {R"({"schema": "lumen.litert-map/v1", "package_tensor_table_sha256": "bbbb", "entries": []})", "written for another package"},
       {head + R"("entries": [{"constant": 2, "layer": 0, "role": "input_layernorm"}]})", "is not a constant of pkg.litertlm"},
-      {head + R"("entries": [{"constant": 0, "layer": 0, "role": "self_attn.x_proj"}]})", "unknown role \"self_attn.x_proj\""},
+      {head + R"("entries": [{"constant": 0, "layer": 0, "role": "self_attn.x_proj"}]})", "unknown role 'self_attn.x_proj'"},
       {head + R"("entries": [{"constant": 0, "layer": 0, "role": "norm"}]})", "is not a layer tensor"},
       {head + R"("entries": [{"constant": 0, "role": "input_layernorm"}]})", "needs a `layer`"},
       {head + R"("entries": [{"name": "nope", "layer": 0, "role": "input_layernorm"}]})", "no constant of pkg.litertlm is named"},
