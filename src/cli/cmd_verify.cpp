@@ -38,7 +38,32 @@ using namespace lumen;
 struct VerifyOptions {
   std::string package, against, map, config, out, tokens = "2,10,20,30,40,50,60,70";
   double rtol = 1e-5, atol = 1e-6;
+  bool list_constants = false;
 };
+
+std::string layer_role(int layer, const std::string& role);
+
+// `verify PACKAGE --constants`: the constant table (what a map file refers to) and its hash,
+// with the (layer, role) the name rules (or --map) give each constant.
+int list_constants(const VerifyOptions& o) {
+  const formats::LitertlmFile pkg = formats::LitertlmFile::open(o.package);
+  const spec::PackageConstants pc = spec::collect_package_constants(pkg);
+  const spec::LitertMap map = o.map.empty() ? spec::map_by_names(pc) : spec::load_map_file(o.map, pc);
+  std::map<size_t, std::string> mapped;
+  for (const auto& e : map.entries) {
+    auto& text = mapped[e.constant];
+    text += (text.empty() ? "" : ", ") + layer_role(e.layer, e.role);
+  }
+  fmt::print("# package_tensor_table_sha256 {}\n# index\ttype\tshape\tmaps to ({})\tname\n", pc.table_sha256,
+             map.kind == "file" ? map.path : std::string("name rules"));
+  for (const auto& c : pc.constants) {
+    auto it = mapped.find(c.index);
+    const char* t = formats::tflite_type_name(c.type);
+    fmt::print("{}\t{}\t{}\t{}\t{}\n", c.index, t ? t : "?", c.shape_text(), it == mapped.end() ? "-" : it->second,
+               printable(c.name));
+  }
+  return 0;
+}
 
 // A source checkpoint's tensors as f32, by checkpoint name without prefix.
 class Source {
@@ -146,6 +171,7 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 int verify(const VerifyOptions& o) {
   if (o.package.empty()) throw Error("verify: give the package (lumen verify PACKAGE --against SOURCE)");
+  if (o.list_constants) return list_constants(o);
   if (o.against.empty()) throw Error("verify: --against SOURCE is required (a safetensors checkpoint of the same model)");
   if (!(o.rtol >= 0)) throw Error("--tolerance: must be >= 0");
   const auto tokens = cli::parse_token_list(o.tokens);
@@ -393,6 +419,7 @@ LUMEN_COMMAND(75, [](CLI::App& app) {
   cmd->add_option("--config", o->config, "The model's config.json or manifest (default: SOURCE/config.json)");
   cmd->add_option("--out", o->out, "Write the JSON receipt here");
   cmd->add_option("--tokens", o->tokens, "Token ids for the first-token logits check");
+  cmd->add_flag("--constants", o->list_constants, "List the package's constants, their table hash and what they map to; no check");
   cmd->add_option("--tolerance", o->rtol, "Relative tolerance per tensor (of max |source|; default 1e-5)");
   return std::pair{cmd, cli::Runner([o] { return verify(*o); })};
 });

@@ -247,11 +247,15 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
     t.name = spec::checkpoint_name(e.layer, role);
     t.constant = c.index;
     t.shape = is_vector ? std::vector<int64_t>{cols} : std::vector<int64_t>{count, cols};
-    if (e.transform == spec::MapTransform::GainPlusOne || e.transform == spec::MapTransform::GainMinusOne) {
+    if (e.transform == spec::MapTransform::GainPlusOne || e.transform == spec::MapTransform::GainMinusOne ||
+        e.transform == spec::MapTransform::GainAsApplied) {
       if (t.format != quant::WeightFormat::F32 || !is_vector)
         throw Error(at + ": transform " + spec::transform_name(e.transform) + " applies to a gain vector only");
       auto* f = reinterpret_cast<float*>(t.data.data());
-      const float add = e.transform == spec::MapTransform::GainPlusOne ? 1.0f : -1.0f;
+      const float add = e.transform == spec::MapTransform::GainPlusOne    ? 1.0f
+                        : e.transform == spec::MapTransform::GainMinusOne ? -1.0f
+                        : spec.norm_weight_offset                         ? -1.0f
+                                                                          : 0.0f;
       for (int64_t i = 0; i < cols; ++i) f[i] += add;
     }
     out.push_back(std::move(t));

@@ -1,5 +1,6 @@
 #include "spec/litert_map.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -55,6 +56,13 @@ PackageConstants collect_package_constants(const formats::LitertlmFile& package)
   PackageConstants out;
   out.package = package.path();
   std::set<std::tuple<size_t, int, uint32_t>> seen;  // (section, external?, buffer or id)
+  std::map<std::tuple<size_t, int, uint32_t>, size_t> index_of;
+  auto add_name = [&](const std::tuple<size_t, int, uint32_t>& key, const std::string& name) {
+    auto it = index_of.find(key);
+    if (it == index_of.end()) return;
+    auto& names = out.constants[it->second].names;
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
   for (const formats::Section& s : package.sections) {
     if (s.type != formats::SectionType::TFLiteModel) continue;
     const formats::TfliteModel model = package.tflite(s);
@@ -64,17 +72,26 @@ PackageConstants collect_package_constants(const formats::LitertlmFile& package)
         std::tuple<size_t, int, uint32_t> key;
         if (t.external_buffer != 0) {
           key = {s.index, 1, t.external_buffer};
-          if (seen.count(key)) continue;
+          if (seen.count(key)) {
+            add_name(key, t.name);
+            continue;
+          }
           bytes = package.external_tensor_bytes(s, model, t);
         } else {
           key = {s.index, 0, t.buffer};
-          if (t.buffer == 0 || seen.count(key)) continue;
+          if (t.buffer == 0) continue;
+          if (seen.count(key)) {
+            add_name(key, t.name);
+            continue;
+          }
           bytes = model.tensor_bytes(t);
         }
         if (bytes.empty()) continue;
         seen.insert(key);
+        index_of[key] = out.constants.size();
         PackageConstant c;
         c.index = out.constants.size();
+        c.names.push_back(t.name);
         c.name = t.name;
         c.type = t.type;
         c.shape = t.shape;
@@ -105,6 +122,7 @@ const char* transform_name(MapTransform t) {
     case MapTransform::SplitQkv: return "split_qkv";
     case MapTransform::GainPlusOne: return "gain_plus_1";
     case MapTransform::GainMinusOne: return "gain_minus_1";
+    case MapTransform::GainAsApplied: return "gain_as_applied";
   }
   return "?";
 }
@@ -116,6 +134,9 @@ std::optional<NamedRole> role_from_name(std::string_view full) {
   // ';'-joined names (several module paths fused into one constant): the first part that is a
   // recognised tensor name decides.
   static const std::regex layer_re(R"(^(?:model\.)?(?:language_model\.)?(?:model\.)?layers\.(\d+)\.(.+?)(?:\.weight)?$)");
+  // litert-torch: ".../<pkg>.DecoderBlock_3/<pkg>.CausalSelfAttention_atten_func/<pkg>.Linear_qkv_projection"
+  static const std::regex litert_torch_re(R"(DecoderBlock_(\d+)/(.+)$)");
+  static const std::regex litert_torch_final_re(R"(Decoder_module/(?:[a-z_0-9]+\.)*RMSNorm_final_norm$)");
   static const std::regex global_re(R"(^(?:model\.)?(?:language_model\.)?(?:model\.)?(embed_tokens|norm|lm_head)(?:\.weight)?$)");
   size_t start = 0;
   while (start <= full.size()) {
@@ -126,6 +147,30 @@ std::optional<NamedRole> role_from_name(std::string_view full) {
     if (std::regex_match(part, m, layer_re) && is_layer_role(m[2].str()) && m[1].str().size() < 7)
       return NamedRole{std::stoi(m[1].str()), m[2].str(), default_transform(m[2].str())};
     if (std::regex_match(part, m, global_re)) return NamedRole{-1, m[1].str(), MapTransform::None};
+    if (std::regex_search(part, m, litert_torch_re) && m[1].str().size() < 7) {
+      static const std::map<std::string, std::string> roles = {
+          {"CausalSelfAttention_atten_func/Linear_qkv_projection", "self_attn.qkv_proj"},
+          {"CausalSelfAttention_atten_func/Linear_output_projection", "self_attn.o_proj"},
+          {"CausalSelfAttention_atten_func/RMSNorm_query_norm", "self_attn.q_norm"},
+          {"CausalSelfAttention_atten_func/RMSNorm_key_norm", "self_attn.k_norm"},
+          {"GatedFeedForward_ff/Linear_w1", "mlp.gate_proj"},
+          {"GatedFeedForward_ff/Linear_w3", "mlp.up_proj"},
+          {"GatedFeedForward_ff/Linear_w2", "mlp.down_proj"},
+          {"GatedFeedForward_ff/RMSNorm_pre_ff_norm", "pre_feedforward_layernorm"},
+          {"GatedFeedForward_ff/RMSNorm_post_ff_norm", "post_feedforward_layernorm"},
+          {"RMSNorm_pre_atten_norm", "input_layernorm"},
+          {"RMSNorm_post_atten_norm", "post_attention_layernorm"}};
+      // The module path after the block, without its python package prefixes.
+      std::string tail = m[2].str();
+      tail = std::regex_replace(tail, std::regex(R"((^|/)(?:[a-z_0-9]+\.)+)"), "$1");
+      auto it = roles.find(tail);
+      if (it != roles.end()) {
+        const bool norm = tail.find("RMSNorm_") != std::string::npos;
+        return NamedRole{std::stoi(m[1].str()), it->second,
+                         norm ? MapTransform::GainAsApplied : default_transform(it->second)};
+      }
+    }
+    if (std::regex_search(part, m, litert_torch_final_re)) return NamedRole{-1, "norm", MapTransform::GainAsApplied};
     start = end + 1;
   }
   return std::nullopt;
@@ -150,9 +195,22 @@ LitertMap map_by_names(const PackageConstants& pc) {
   LitertMap map;
   map.kind = "name-rules";
   for (const PackageConstant& c : pc.constants) {
-    auto r = role_from_name(c.name);
-    if (!r) continue;
-    map.entries.push_back({c.index, r->layer, r->role, r->transform});
+    // Only weight types: shape and index constants (INT32, ...) borrow module names too.
+    using formats::TfliteType;
+    if (c.type != TfliteType::FLOAT32 && c.type != TfliteType::FLOAT16 && c.type != TfliteType::BFLOAT16 &&
+        c.type != TfliteType::INT8 && c.type != TfliteType::INT4)
+      continue;
+    std::set<std::pair<int, std::string>> roles;
+    for (const std::string& name : c.names.empty() ? std::vector<std::string>{c.name} : c.names) {
+      auto r = role_from_name(name);
+      if (!r) continue;
+      // Scalars (epsilons, scales) borrow their norm's or projection's module name.
+      int64_t numel = 1;
+      for (int32_t d : c.shape) numel *= d;
+      if (r->role != "layer_scalar" && numel <= 1) continue;
+      if (!roles.insert({r->layer, r->role}).second) continue;
+      map.entries.push_back({c.index, r->layer, r->role, r->transform});
+    }
   }
   check_duplicates(map.entries, pc, pc.package);
   return map;
@@ -194,9 +252,14 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
     map.fixed_int4 = FixedInt4{f["scale"].get<float>(), storage == "offset_binary"};
   }
   if (!j.contains("entries") || !j["entries"].is_array()) throw Error(path + ": `entries` is missing or not an array");
+  if (j.contains("name_rules")) {
+    if (!j["name_rules"].is_boolean()) throw Error(path + ": `name_rules` must be true or false");
+    if (j["name_rules"].get<bool>()) map.entries = map_by_names(pc).entries;
+  }
   std::map<std::string, size_t> by_name;
-  for (const auto& c : pc.constants) by_name.emplace(c.name, c.index);
-  std::set<size_t> used;
+  for (const auto& c : pc.constants)
+    for (const auto& n : c.names.empty() ? std::vector<std::string>{c.name} : c.names) by_name.emplace(n, c.index);
+  std::set<std::tuple<size_t, int, std::string>> used;
   size_t i = 0;
   for (const auto& e : j["entries"]) {
     const std::string at = path + ": entries[" + std::to_string(i++) + "]";
@@ -216,8 +279,6 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
     } else {
       throw Error(at + ": needs `constant` (an index) or `name`");
     }
-    if (!used.insert(me.constant).second)
-      throw Error(at + ": " + pc.constants[me.constant].describe() + " is listed twice");
     if (!e.contains("role") || !e["role"].is_string()) throw Error(at + ": `role` is missing or not a string");
     me.role = e["role"].get<std::string>();
     const auto layer = e.value("layer", nlohmann::json(-1));
@@ -236,9 +297,12 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
       if (t == "split_qkv" && me.role == "self_attn.qkv_proj") me.transform = MapTransform::SplitQkv;
       else if (t == "gain_plus_1") me.transform = MapTransform::GainPlusOne;
       else if (t == "gain_minus_1") me.transform = MapTransform::GainMinusOne;
+      else if (t == "gain_as_applied") me.transform = MapTransform::GainAsApplied;
       else if (t == "none" && me.role != "self_attn.qkv_proj") me.transform = MapTransform::None;
       else throw Error(at + ": transform " + line_of(e["transform"]) + " does not apply to role " + me.role);
     }
+    if (!used.insert({me.constant, me.layer, me.role}).second)
+      throw Error(at + ": " + pc.constants[me.constant].describe() + " is listed twice for " + me.role);
     map.entries.push_back(me);
   }
   check_duplicates(map.entries, pc, path);

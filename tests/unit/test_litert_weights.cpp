@@ -60,6 +60,25 @@ TEST(LitertMap, RoleFromName) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->layer, 2);
   EXPECT_EQ(r->role, "input_layernorm");
+  // litert-torch module paths (python package prefixes, ';'-joined fused locations).
+  const std::string block = "litert_torch.generative.utilities.converter.ExportableModule/litert_torch.generative.examples.gemma3.decoder.Decoder_module/litert_torch.generative.examples.gemma3.decoder.DecoderBlock_17/";
+  r = spec::role_from_name(block + "litert_torch.generative.layers.attention.CausalSelfAttention_atten_func;;" + block +
+                           "litert_torch.generative.layers.attention.CausalSelfAttention_atten_func/torch.nn.modules.linear.Linear_qkv_projection;3");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->layer, 17);
+  EXPECT_EQ(r->role, "self_attn.qkv_proj");
+  EXPECT_EQ(r->transform, spec::MapTransform::SplitQkv);
+  r = spec::role_from_name(block + "litert_torch.generative.layers.feed_forward.GatedFeedForward_ff/torch.nn.modules.linear.Linear_w3;;" +
+                           block + "litert_torch.generative.layers.feed_forward.GatedFeedForward_ff/torch.nn.modules.linear.Linear_w1;");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->role, "mlp.up_proj");
+  r = spec::role_from_name(block + "litert_torch.generative.layers.normalization.RMSNorm_pre_atten_norm;2");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->role, "input_layernorm");
+  r = spec::role_from_name("litert_torch.generative.examples.gemma3.decoder.Decoder_module/litert_torch.generative.layers.normalization.RMSNorm_final_norm;");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->role, "norm");
+  EXPECT_FALSE(spec::role_from_name(block + "litert_torch.generative.layers.attention.CausalSelfAttention_atten_func;"));
   EXPECT_FALSE(spec::role_from_name("arith.constant12"));
   EXPECT_FALSE(spec::role_from_name("model.layers.2.self_attn.rotary_emb.inv_freq"));
   EXPECT_FALSE(spec::role_from_name(""));
@@ -244,6 +263,13 @@ TEST(LitertBinder, WrongShapeAndMissingTensorsNameTheConstant) {
   }
   FakePackage q;
   q.add("model.layers.0.input_layernorm.weight", TfliteType::FLOAT32, {64}, std::string(64 * 4, '\0'));
+  try {  // a layer without any constant is the finding
+    model::bind_litert_weights(s, q.pc, spec::map_by_names(q.pc));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no constant maps to layer 1 (mapped by the name rules"), std::string::npos) << e.what();
+  }
+  q.add("model.layers.1.input_layernorm.weight", TfliteType::FLOAT32, {64}, std::string(64 * 4, '\0'));
   try {
     model::bind_litert_weights(s, q.pc, spec::map_by_names(q.pc));
     FAIL();
@@ -257,7 +283,7 @@ TEST(LitertBinder, WrongShapeAndMissingTensorsNameTheConstant) {
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("constant 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("constant 2"), std::string::npos) << m;
     EXPECT_NE(m.find("constant 0"), std::string::npos) << m;
     EXPECT_NE(m.find("both map to layer 0 input_layernorm"), std::string::npos) << m;
   }
@@ -296,7 +322,7 @@ TEST(LitertMap, MapFileIsCheckedAgainstThePackage) {
       {head + R"("entries": [{"name": "nope", "layer": 0, "role": "input_layernorm"}]})", "no constant of pkg.litertlm is named"},
       {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm"}, {"constant": 1, "layer": 1, "role": "input_layernorm"}]})",
        "both map to layer 1 input_layernorm"},
-      {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm"}, {"constant": 0, "layer": 2, "role": "input_layernorm"}]})",
+      {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm"}, {"constant": 0, "layer": 1, "role": "input_layernorm"}]})",
        "is listed twice"},
       {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm", "transform": "split_qkv"}]})", "does not apply"},
       {head + R"("fixed_int4": {"scale": -1}, "entries": []})", "fixed_int4.scale"},
