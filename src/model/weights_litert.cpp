@@ -81,6 +81,60 @@ int int4_value(uint8_t nibble, int64_t zero_point) {
   return zero_point == 8 ? int(nibble) - 8 : (nibble & 8 ? int(nibble) - 16 : int(nibble));
 }
 
+// TFLite blockwise INT4 (litert-torch's int4): signed nibbles, one scale per `block_size`
+// elements of a row from a separate FLOAT16/FLOAT32 tensor [rows, cols / block_size]. Blocks
+// of 32 with f16 scales are exactly ggml Q4_0 blocks (d = the scale, nibble + 8).
+Rows decode_blockwise_int4(const spec::PackageConstants& pc, const spec::PackageConstant& c, const uint8_t* raw,
+                           int64_t rows, int64_t cols, LitertTarget target) {
+  const std::string at = where_of(pc, c);
+  const auto& b = *c.block;
+  if (b.has_zero_points) throw Error(at + ": blockwise quantization with zero points is not supported");
+  if (b.block_size <= 0 || cols % b.block_size != 0)
+    throw Error(at + ": block size " + std::to_string(b.block_size) + " does not divide the row length " + std::to_string(cols));
+  const int64_t per_row = cols / b.block_size;
+  int64_t scale_count = 1;
+  for (int32_t d : b.shape) scale_count *= d;
+  const int elem = b.type == TfliteType::FLOAT16 ? 2 : b.type == TfliteType::FLOAT32 ? 4 : 0;
+  if (elem == 0 || scale_count != rows * per_row || int64_t(b.bytes.size()) != scale_count * elem)
+    throw Error(at + ": its block scales tensor (" + std::string(formats::tflite_type_name(b.type) ? formats::tflite_type_name(b.type) : "?") +
+                ", " + std::to_string(b.bytes.size()) + " bytes) is not FLOAT16/FLOAT32 [" + std::to_string(rows) + ", " +
+                std::to_string(per_row) + "]");
+  std::vector<float> scale(static_cast<size_t>(scale_count));
+  if (elem == 2) {
+    std::vector<uint16_t> h(static_cast<size_t>(scale_count));
+    std::memcpy(h.data(), b.bytes.data(), b.bytes.size());
+    quant::to_f32(quant::WeightFormat::F16, h.data(), scale_count, scale.data());
+  } else {
+    std::memcpy(scale.data(), b.bytes.data(), b.bytes.size());
+  }
+  for (float x : scale)
+    if (!std::isfinite(x)) throw Error(at + ": a block scale is not finite");
+  Rows out;
+  out.rows = rows;
+  out.cols = cols;
+  bool blocks = target == LitertTarget::Kernels && b.block_size == 32;
+  for (size_t i = 0; blocks && i < scale.size(); ++i) blocks = f16_exact(scale[i]);
+  if (blocks) {
+    out.kind = Rows::Q4_0;
+    out.bytes.resize(size_t(rows) * out.row_bytes());
+    auto* dst = reinterpret_cast<uint8_t*>(out.bytes.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < per_row; ++k, dst += 18)
+        quant::int4_per_channel_row_to_q4_0(raw + (r * cols + k * 32) / 2, 32, scale[size_t(r * per_row + k)], 0, dst);
+    return out;
+  }
+  out.kind = Rows::F32;
+  out.bytes.resize(size_t(rows * cols) * 4);
+  auto* f = reinterpret_cast<float*>(out.bytes.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      const int64_t e = r * cols + i;
+      const uint8_t nib = e % 2 ? raw[e / 2] >> 4 : raw[e / 2] & 0x0f;
+      f[e] = scale[size_t(r * per_row + i / b.block_size)] * float(int4_value(nib, 0));
+    }
+  return out;
+}
+
 Rows decode_rows(const spec::PackageConstants& pc, const spec::PackageConstant& c, const spec::LitertMap& map,
                  int64_t rows, int64_t cols, LitertTarget target) {
   const std::string at = where_of(pc, c);
@@ -141,6 +195,7 @@ Rows decode_rows(const spec::PackageConstants& pc, const spec::PackageConstant& 
       return out;
     }
     case TfliteType::INT4: {
+      if (c.block) return decode_blockwise_int4(pc, c, raw, rows, cols, target);
       const RowQuant q = row_quant(pc, c, map, rows);
       auto nibble = [&](int64_t e) -> uint8_t { return e % 2 ? raw[e / 2] >> 4 : raw[e / 2] & 0x0f; };
       bool blocks = target == LitertTarget::Kernels && cols % 32 == 0;

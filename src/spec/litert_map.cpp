@@ -67,7 +67,19 @@ PackageConstants collect_package_constants(const formats::LitertlmFile& package)
     if (s.type != formats::SectionType::TFLiteModel) continue;
     const formats::TfliteModel model = package.tflite(s);
     for (const auto& sg : model.subgraphs) {
-      for (const auto& t : sg.tensors) {
+      // Scale tensors of blockwise-quantized weights belong to their weight, not the table.
+      std::set<size_t> scale_tensors;
+      for (const auto& t : sg.tensors)
+        if (t.quantization && t.quantization->details_type == 2) {
+          const int32_t si = t.quantization->block_scales;
+          if (si < 0 || size_t(si) >= sg.tensors.size())
+            throw Error(package.section_name(s) + ": tensor " + in_quotes(printable(t.name)) + ": blockwise scales tensor " +
+                        std::to_string(si) + " is not a tensor of its subgraph");
+          scale_tensors.insert(size_t(si));
+        }
+      for (size_t ti = 0; ti < sg.tensors.size(); ++ti) {
+        const auto& t = sg.tensors[ti];
+        if (scale_tensors.count(ti)) continue;
         std::string_view bytes;
         std::tuple<size_t, int, uint32_t> key;
         if (t.external_buffer != 0) {
@@ -98,6 +110,17 @@ PackageConstants collect_package_constants(const formats::LitertlmFile& package)
         c.quantization = t.quantization;
         c.bytes = bytes;
         c.section = s.index;
+        if (t.quantization && t.quantization->details_type == 2) {
+          const auto& q = *t.quantization;
+          const formats::TfliteTensor& st = sg.tensors[size_t(q.block_scales)];
+          PackageConstant::BlockScales b;
+          b.type = st.type;
+          b.shape = st.shape;
+          b.bytes = st.external_buffer != 0 ? package.external_tensor_bytes(s, model, st) : model.tensor_bytes(st);
+          b.block_size = q.block_size;
+          b.has_zero_points = q.block_zero_points >= 0;
+          c.block = b;
+        }
         out.constants.push_back(std::move(c));
       }
     }

@@ -56,6 +56,15 @@ struct PackageConstant {
   std::vector<int32_t> shape;
   std::optional<formats::TfliteQuantization> quantization;
   std::string_view bytes;  // into the package's mapping
+  // Blockwise quantization (TFLite details type 2): the scale tensor, [rows, cols / block].
+  struct BlockScales {
+    formats::TfliteType type = formats::TfliteType::FLOAT16;
+    std::vector<int32_t> shape;
+    std::string_view bytes;
+    int32_t block_size = 0;
+    bool has_zero_points = false;
+  };
+  std::optional<BlockScales> block;
   size_t section = 0;      // the package section it lives in
   std::string shape_text() const;
   std::string describe() const;  // "constant 12 'name' (INT4 [64, 64])"
