@@ -7,6 +7,8 @@
 #include <random>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "formats/sha256.h"
 #include "model/weights_litert.h"
@@ -341,6 +343,48 @@ TEST(LitertMap, MapFileIsCheckedAgainstThePackage) {
       EXPECT_EQ(m.find('\n'), std::string::npos);
     }
     std::filesystem::remove(path);
+  }
+}
+
+}  // namespace
+}  // namespace lumen
+
+namespace lumen {
+namespace {
+
+TEST(Gemma3HfConfig, SpecFromTextConfig) {
+  const auto cfg = nlohmann::json::parse(R"({
+    "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640, "intermediate_size": 2048,
+    "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+    "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+    "query_pre_attn_scalar": 256, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "rms_norm_eps": 1e-06, "hidden_activation": "gelu_pytorch_tanh", "eos_token_id": 1,
+    "final_logit_softcapping": null, "rope_scaling": null, "tie_word_embeddings": true})");
+  const spec::ModelSpec s = spec::spec_from_hf_config(cfg, "config.json");
+  EXPECT_EQ(s.family, "gemma3");
+  EXPECT_TRUE(s.norm_weight_offset);
+  EXPECT_EQ(s.num_layers(), 18);
+  EXPECT_FLOAT_EQ(s.attention_scale, 1.0f / 16.0f);
+  EXPECT_FALSE(s.final_logit_softcap);
+  for (int l = 0; l < 18; ++l) {
+    const auto& ls = s.layers[size_t(l)];
+    EXPECT_EQ(ls.kind, (l + 1) % 6 == 0 ? spec::AttentionKind::Full : spec::AttentionKind::Sliding) << l;
+    EXPECT_EQ(ls.window, (l + 1) % 6 == 0 ? 0 : 512);
+    EXPECT_DOUBLE_EQ(ls.rope.theta, (l + 1) % 6 == 0 ? 1e6 : 1e4);
+    EXPECT_FALSE(ls.k_eq_v);
+    EXPECT_FALSE(ls.v_norm);
+    EXPECT_FALSE(ls.has_layer_scalar);
+  }
+  auto bad = cfg;
+  bad["hidden_activation"] = "silu";
+  EXPECT_THROW(spec::spec_from_hf_config(bad, "config.json"), Error);
+  bad = cfg;
+  bad.erase("num_hidden_layers");
+  try {
+    spec::spec_from_hf_config(bad, "config.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_hidden_layers"), std::string::npos) << e.what();
   }
 }
 
