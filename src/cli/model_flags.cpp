@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "runtime/litert_load.h"
 #include "runtime/manifest_run.h"
 
 namespace lumen::cli {
@@ -11,7 +12,9 @@ namespace lumen::cli {
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--manifest", f.manifest,
                   "doppler.execution/v1 manifest: model spec, session settings and tokenizer rules (with --weights)");
-  cmd->add_option("--weights", f.weights, "The weights a --manifest runs: safetensors directory, .gguf or packed .lmp");
+  cmd->add_option("--weights", f.weights,
+                  "The weights a --manifest runs: safetensors directory, .gguf, packed .lmp or .litertlm package");
+  add_litert_flags(cmd, f.litert_config, f.litert_map, f.litert_receipt);
   if (with_allow_unverified)
     cmd->add_flag("--allow-unverified", f.allow_unverified,
                   "Run a model whose manifest marks it unsupported (known not to run correctly)");
@@ -39,10 +42,14 @@ std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, cons
                                              runtime::LoadOptions options, bool needs_tokenizer) {
   const std::string weights = model_path_of(model_flag, f);
   options.allow_unverified = options.allow_unverified || f.allow_unverified;
+  options.litert_config = f.litert_config;
+  options.litert_map = f.litert_map;
+  options.litert_receipt = f.litert_receipt;
   runtime::RunConfig run;
   std::string summary;
   if (!f.manifest.empty()) {
-    runtime::ManifestRun m = runtime::load_manifest_run(f.manifest, options.allow_unverified);
+    runtime::ManifestRun m = runtime::load_manifest_run(
+        f.manifest, options.allow_unverified, runtime::is_litertlm_file(weights) ? weights : "", f.litert_receipt);
     if (f.verbose_fields) fmt::print(stderr, "{}", runtime::field_table_to_text(m.table));
     summary = "manifest " + f.manifest + ": " + runtime::field_counts_text(m.table.counts());
     run = std::move(m.run);

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/litert_flags.h"
 #include "runtime/engine.h"
 #include "runtime/run_config.h"
 
@@ -18,6 +19,8 @@ struct ModelFlags {
   std::string weights;   // the tensors for --manifest: safetensors dir, .gguf, packed .lmp
   bool allow_unverified = false;
   bool verbose_fields = false;  // list the manifest's field table on stderr
+  // A .litertlm package's HF config (or manifest), constant map file and parity receipt.
+  std::string litert_config, litert_map, litert_receipt;
   runtime::RunFlags run;
 };
 

@@ -30,6 +30,9 @@ struct LoadOptions {
   // A spec from a manifest (`--manifest`), run instead of the weights' own description after
   // every shape is checked against it (runtime/manifest_run.h: spec_to_run).
   std::optional<spec::ModelSpec> manifest_spec = std::nullopt;
+  // A .litertlm package (runtime/litert_load.h): its config (HF config.json or manifest), its
+  // constant map file, its parity receipt. Ignored for other models.
+  std::string litert_config, litert_map, litert_receipt;
 };
 
 class Engine {

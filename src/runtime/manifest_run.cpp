@@ -1,10 +1,12 @@
 #include "runtime/manifest_run.h"
 
 #include "base/error.h"
+#include "spec/litert_receipt.h"
 
 namespace lumen::runtime {
 
-ManifestRun load_manifest_run(const std::string& path, bool allow_unverified) {
+ManifestRun load_manifest_run(const std::string& path, bool allow_unverified, const std::string& package,
+                              const std::string& receipt) {
   const nlohmann::json doc = read_manifest_json(path);
   if (!doc.is_object()) throw Error(path + ": expected a JSON object (a doppler.execution/v1 manifest)");
   ManifestRun m;
@@ -13,7 +15,11 @@ ManifestRun load_manifest_run(const std::string& path, bool allow_unverified) {
   // The spec first (its errors name the field); then the gate, before any other refusal: a
   // manifest that says it is known not to run says so first.
   m.spec = spec::spec_from_manifest(doc, path);
-  spec::require_supported(m.spec, allow_unverified);
+  // A .litertlm package run under the manifest: a passing receipt for it lifts the gate.
+  if (package.empty())
+    spec::require_supported(m.spec, allow_unverified);
+  else
+    spec::require_supported_package(m.spec, allow_unverified, package, receipt);
   if (!m.table.error.empty()) throw Error(m.table.error);
   m.run = run_config_from_manifest(doc, path);
   validate_run_config(m.run, m.spec);

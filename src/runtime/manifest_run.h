@@ -26,7 +26,10 @@ struct ManifestRun {
 // Reads the manifest and builds its spec, run config and field table. Throws one lumen::Error
 // line naming the field when any field is refused. The `unsupported` gate is applied:
 // refused with code, message and recommendation unless `allow_unverified`.
-ManifestRun load_manifest_run(const std::string& path, bool allow_unverified);
+// `package`: the .litertlm the manifest runs ("" for other weights); a passing `lumen verify`
+// receipt for it (`receipt`, else the one beside the package) lifts the `unsupported` gate.
+ManifestRun load_manifest_run(const std::string& path, bool allow_unverified, const std::string& package = "",
+                              const std::string& receipt = "");
 
 // The spec Engine::load runs. Without options.manifest_spec: `from_weights` (required). With
 // it: the manifest's spec, after the gate and, when the weights describe themselves
