@@ -269,8 +269,8 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
   if (j.contains("fixed_int4")) {
     const auto& f = j["fixed_int4"];
     if (!f.is_object() || !f.contains("scale") || !f["scale"].is_number() || !(f["scale"].get<double>() > 0) ||
-        !std::isfinite(f["scale"].get<float>()))
-      throw Error(path + ": `fixed_int4.scale` must be a positive number");
+        !(f["scale"].get<double>() <= 65504.0))  // an f16-range scale
+      throw Error(path + ": `fixed_int4.scale` must be a positive number (at most 65504)");
     const std::string storage = f.value("storage", std::string("offset_binary"));
     if (storage != "offset_binary" && storage != "twos_complement")
       throw Error(path + ": `fixed_int4.storage` is \"" + printable(storage) + "\" (offset_binary or twos_complement)");
