@@ -30,6 +30,9 @@ struct LoadOptions {
   // A spec from a manifest (`--manifest`), run instead of the weights' own description after
   // every shape is checked against it (runtime/manifest_run.h: spec_to_run).
   std::optional<spec::ModelSpec> manifest_spec = std::nullopt;
+  // The manifest file it came from ("" when none): a loader that reads more of it (a
+  // .litertlm package's mapping block) takes it from here.
+  std::string manifest_path = {};
 };
 
 class Engine {
