@@ -54,6 +54,7 @@ std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, cons
     summary = "manifest " + f.manifest + ": " + runtime::field_counts_text(m.table.counts());
     run = std::move(m.run);
     options.manifest_spec = std::move(m.spec);
+    options.manifest_path = f.manifest;
   }
   // Flags before the weights are read: a typo costs no load.
   runtime::apply_run_flags(run, f.run);

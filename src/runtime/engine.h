@@ -33,6 +33,9 @@ struct LoadOptions {
   // A .litertlm package (runtime/litert_load.h): its config (HF config.json or manifest), its
   // constant map file, its parity receipt. Ignored for other models.
   std::string litert_config, litert_map, litert_receipt;
+  // The manifest file it came from ("" when none): a loader that reads more of it (a
+  // .litertlm package's mapping block) takes it from here.
+  std::string manifest_path = {};
 };
 
 class Engine {
