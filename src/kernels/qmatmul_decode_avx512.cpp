@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#include <algorithm>
+#include <cstdlib>
 
 #include "kernels/qmatmul_decode.h"
 #include "quant/repack.h"
@@ -14,9 +16,16 @@ namespace lumen::kernels::detail {
 namespace {
 
 constexpr size_t kChunkBytes = quant::kQ4x4ChunkBytes;  // 288
-// Software prefetch distance in bytes: a few chunks ahead of the one being read. The hardware
-// prefetcher follows the stream too; this keeps more lines in flight at the start of a piece.
-constexpr size_t kPrefetchAhead = 6 * kChunkBytes;
+// Software prefetch distance: 16 chunks (4.6 KB) ahead of the one being read, on top of the
+// hardware prefetcher. On the shared machine 0, 2, 6 and 16 chunks could not be told apart
+// (decode is DRAM-bound there); LUMEN_DECODE_PREFETCH_CHUNKS=N overrides it (0 = none) so a
+// quiet machine can settle it.
+size_t prefetch_bytes() {
+  const char* e = std::getenv("LUMEN_DECODE_PREFETCH_CHUNKS");
+  const long chunks = e && *e ? std::strtol(e, nullptr, 10) : 16;
+  return size_t(std::clamp(chunks, 0L, 256L)) * kChunkBytes;
+}
+const size_t kPrefetchAhead = prefetch_bytes();
 
 // Row r's 16 int32 lanes (lane l: 4 products of block l/4) for one chunk.
 inline void row_products(const std::byte* ch, const __m512i a_lo, const __m512i a_hi, const __m512i corr,
@@ -73,8 +82,10 @@ inline __m128 group_dot(const std::byte* group, int64_t chunks, const ActChunk* 
   int64_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
     const std::byte* ch = group + size_t(c) * kChunkBytes;
-    prefetch_chunk(ch + kPrefetchAhead);
-    prefetch_chunk(ch + kPrefetchAhead + kChunkBytes);
+    if (kPrefetchAhead) {
+      prefetch_chunk(ch + kPrefetchAhead);
+      prefetch_chunk(ch + kPrefetchAhead + kChunkBytes);
+    }
     acc0 = chunk_step(ch, act[c], order, acc0);
     acc1 = chunk_step(ch + kChunkBytes, act[c + 1], order, acc1);
   }
