@@ -1,10 +1,12 @@
 #include "runtime/bench_kernels.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -41,6 +43,27 @@ std::vector<std::byte> random_q4(int64_t rows, int64_t cols, uint64_t seed) {
     for (int s = 0; s < 16; ++s) std::memcpy(&bytes[c + size_t(s) * 2], &scale, 2);
   return bytes;
 }
+
+// A copy of `bytes` in anonymous memory advised to use 2 MiB pages (transparent huge pages in
+// "madvise" mode), to see what 4 KiB pages (file mappings) cost the stream in TLB misses.
+struct HugeCopy {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit HugeCopy(const std::vector<std::byte>& bytes) : n((bytes.size() + (2u << 20) - 1) & ~size_t((2u << 20) - 1)) {
+    p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      p = nullptr;
+      return;
+    }
+    ::madvise(p, n, MADV_HUGEPAGE);
+    std::memcpy(p, bytes.data(), bytes.size());
+  }
+  ~HugeCopy() {
+    if (p) ::munmap(p, n);
+  }
+  HugeCopy(const HugeCopy&) = delete;
+  HugeCopy& operator=(const HugeCopy&) = delete;
+};
 
 KernelBenchRow time_it(const std::string& name, double bytes, double min_seconds, const std::function<void()>& fn) {
   fn();  // warm-up
@@ -82,6 +105,12 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
   for (auto& e : x) e = nd(rng);
   std::vector<float> yq(static_cast<size_t>(NQ)), yk(static_cast<size_t>(NKV)), yv(static_cast<size_t>(NKV));
   const double qbytes = double(q[0].size()), qkv_bytes = double(q[0].size() + k[0].size() + v[0].size());
+  std::vector<std::unique_ptr<HugeCopy>> huge;
+  std::vector<quant::WeightMatrix> wq_huge;
+  for (int i = 0; i < kCopies; ++i) {
+    huge.push_back(std::make_unique<HugeCopy>(q[size_t(i)]));
+    wq_huge.push_back({quant::WeightFormat::Q4_0X4, NQ, H, huge.back()->p});
+  }
   const int threads = kernels::ThreadPool::global().size();
   constexpr int64_t kHotRows = 256;  // 0.55 MB: stays in a 1 MiB L2
   const std::vector<std::byte> hot_data = random_q4(kHotRows, H, 999);
@@ -100,6 +129,13 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
       float* ys[] = {yq.data()};
       kernels::qmatvec_q4(x.data(), ws, ys, isa);
     }));
+    if (!huge.empty() && huge[0]->p) {
+      rows.push_back(time_it("q4 matvec 4096x3840, decode path, 2 MiB pages (" + tag + ")", qbytes, min_seconds, [&] {
+        const quant::WeightMatrix* ws[] = {&wq_huge[size_t(turn++ % kCopies)]};
+        float* ys[] = {yq.data()};
+        kernels::qmatvec_q4(x.data(), ws, ys, isa);
+      }));
+    }
     // The same kernel on one small matrix that stays in L2: its compute speed
     // without the memory (what lets it keep up with the bandwidth on the real stream).
     rows.push_back(time_it("q4 matvec 256x3840 in L2, decode path (" + tag + ")", double(hot_bytes),
