@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -13,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
+#include "formats/mapped_file.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -292,4 +298,29 @@ TEST(DecodeOps, ArgmaxSimdMatchesScalarIncludingTiesAndNaN) {
   check(zeros, "signed zeros");
   std::vector<float> negative_inf(33, -std::numeric_limits<float>::infinity());
   check(negative_inf, "all -inf");
+}
+
+TEST(DecodeWeights, HugePageCopyHoldsExactlyTheFileBytes) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("lumen_decode_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // Sizes around the 2 MiB page: smaller, exactly one, one and a bit.
+  for (size_t n : {size_t(1), size_t(4097), size_t(2) << 20, (size_t(2) << 20) + 12345}) {
+    std::vector<char> bytes(static_cast<size_t>(n));
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (auto& b : bytes) b = char(rng());
+    const fs::path file = dir / ("w" + std::to_string(n));
+    std::ofstream(file, std::ios::binary).write(bytes.data(), std::streamsize(n));
+    formats::MappedFile mapped(file.string());
+    formats::MappedFile copied(file.string(), formats::MappedFile::Backing::HugePageCopy);
+    ASSERT_EQ(copied.size(), n);
+    EXPECT_EQ(std::memcmp(copied.data(), bytes.data(), n), 0) << n;
+    EXPECT_EQ(std::memcmp(copied.data(), mapped.data(), n), 0) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(copied.data()) % (uintptr_t(2) << 20), 0u) << "2 MiB aligned";
+    formats::MappedFile moved(std::move(copied));  // the region moves with it, freed once
+    EXPECT_EQ(std::memcmp(moved.data(), bytes.data(), n), 0) << n;
+  }
+  EXPECT_THROW(formats::MappedFile((dir / "missing").string(), formats::MappedFile::Backing::HugePageCopy),
+               std::exception);
+  fs::remove_all(dir);
 }
