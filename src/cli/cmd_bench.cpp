@@ -9,13 +9,14 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "runtime/bench.h"
+#include "runtime/bench_kernels.h"
 
 namespace {
 
 struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
-  bool json = false, machine = false;
+  bool json = false, machine = false, kernels = false;
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
@@ -27,6 +28,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
   cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
   cmd->add_option("--limits", opts->limits, "Machine limits from `lumen bench --machine --json` (else measured)");
   cmd->add_flag("--machine", opts->machine, "Only measure the machine's bandwidth and int8 peak");
+  cmd->add_flag("--kernels", opts->kernels, "Only time the decode kernels on 12B-shaped matrices (GB/s)");
   cmd->add_flag("--json", opts->json, "Print JSON");
   return std::pair{cmd, lumen::cli::Runner([opts] {
     using namespace lumen::runtime;
@@ -36,6 +38,12 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
       else
         fmt::print("read bandwidth {:.1f} GB/s, int8 peak {:.0f} GOPS ({} x {} threads)\n", m.read_bandwidth / 1e9,
                    m.int8_peak / 1e9, m.isa, m.threads);
+      return 0;
+    }
+    if (opts->kernels) {
+      const auto rows = run_kernel_bench();
+      if (opts->json) fmt::print("{}\n", kernel_bench_to_json(rows).dump(2));
+      else fmt::print("{}", kernel_bench_to_text(rows));
       return 0;
     }
     if (opts->model.empty()) throw lumen::Error("bench: -m MODEL is required (or --machine)");

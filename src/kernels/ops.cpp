@@ -8,7 +8,7 @@
 
 namespace lumen::kernels {
 
-void rms_norm(const float* x, int64_t n, const float* w, bool offset, float eps, float* out) {
+void detail::rms_norm_scalar(const float* x, int64_t n, const float* w, bool offset, float eps, float* out) {
   double sum_sq = 0;
   for (int64_t i = 0; i < n; ++i) sum_sq += double(x[i]) * x[i];
   const float inv = float(1.0 / std::sqrt(sum_sq / double(n) + double(eps)));
@@ -19,6 +19,10 @@ void rms_norm(const float* x, int64_t n, const float* w, bool offset, float eps,
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
   }
+}
+
+void rms_norm(const float* x, int64_t n, const float* w, bool offset, float eps, float* out) {
+  (active_isa() != Isa::Scalar ? detail::rms_norm_avx2 : detail::rms_norm_scalar)(x, n, w, offset, eps, out);
 }
 
 void rope_rotate(float* x, int64_t head_dim, int64_t pairs, const float* cos, const float* sin) {
@@ -60,8 +64,18 @@ void gated_gelu(const float* gate, const float* up, int64_t n, float* out) {
   });
 }
 
-void softcap(float* x, int64_t n, float cap) {
+void detail::softcap_scalar(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  (active_isa() != Isa::Scalar ? detail::softcap_avx2 : detail::softcap_scalar)(x, n, cap);
+}
+
+int64_t detail::argmax_scalar(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
+
+int64_t argmax(const float* x, int64_t n) {
+  return (active_isa() != Isa::Scalar ? detail::argmax_avx2 : detail::argmax_scalar)(x, n);
 }
 
 void softmax(float* x, int64_t n) {

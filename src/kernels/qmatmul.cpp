@@ -7,6 +7,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/qmatmul_decode.h"
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
 
@@ -116,6 +117,11 @@ void qmatmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float*
   const bool q4 = w.format == quant::WeightFormat::Q4_0X4;
   if (!q4 && w.format != quant::WeightFormat::Q8_0X4)
     throw Error(std::string("qmatmul: format ") + quant::format_name(w.format) + " is not an X4 layout");
+  if (T == 1 && q4) {  // decode: the matrix-vector kernels of qmatmul_decode.h
+    const quant::WeightMatrix* one[] = {&w};
+    float* out[] = {y};
+    return qmatvec_q4(x, one, out, isa);
+  }
   const int64_t K = w.cols, N = w.rows;
   const int64_t chunks = quant::padded_cols(K) / quant::kChunk;
   const int64_t groups = quant::padded_rows(N) / quant::kRowGroup;

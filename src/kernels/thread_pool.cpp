@@ -15,7 +15,8 @@ namespace {
 // Tens of microseconds of spinning before a thread sleeps: matmuls of one decode step
 // follow each other closer than that; a longer spin only steals a shared core.
 constexpr int kSpinIterations = 4000;
-constexpr int64_t kPartsPerThread = 8;
+// The smallest piece is 1/(kTailPartsPerThread x threads) of the range.
+constexpr int64_t kTailPartsPerThread = 16;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -37,7 +38,7 @@ void ThreadPool::run_parts(uint32_t generation) {
     if (i >= parts) return;
     if (!work_.compare_exchange_weak(w, w + 1)) continue;
     // The part is ours; the job cannot change until it is reported done.
-    const int64_t begin = job_n_ * i / parts, end = job_n_ * (i + 1) / parts;
+    const int64_t begin = bounds_[size_t(i)], end = bounds_[size_t(i) + 1];
     if (begin < end) (*job_)(begin, end);
     done_parts_.fetch_add(1);
     if (caller_waiting_.load()) done_parts_.notify_all();
@@ -69,9 +70,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     if (n > 0) fn(0, n);
     return;
   }
-  const int64_t parts = std::min<int64_t>(n, kPartsPerThread * size());
+  // Guided pieces: each takes 1/(2 x threads) of what is left, down to a floor, so the first
+  // pieces are long (few claims, long streams for the prefetcher) and the last ones short
+  // (the threads finish within one short piece of each other).
+  const int64_t threads = size();
+  const int64_t floor_piece = std::max<int64_t>(1, n / (kTailPartsPerThread * threads));
+  int64_t parts = 0;
+  bounds_[0] = 0;
+  while (bounds_[size_t(parts)] < n) {
+    const int64_t begin = bounds_[size_t(parts)];
+    const int64_t piece = parts + 1 == kMaxParts ? n - begin : std::max(floor_piece, (n - begin) / (2 * threads));
+    bounds_[size_t(++parts)] = std::min(n, begin + piece);
+  }
   job_ = &fn;
-  job_n_ = n;
   job_parts_.store(parts);
   done_parts_.store(0);
   const uint32_t generation = ++generation_;

@@ -5,7 +5,8 @@
 // the workers spin for a short while (a new job usually follows within microseconds), then
 // sleep on a futex (std::atomic::wait) so an idle engine costs no CPU. The range is cut into
 // several parts per thread, claimed with an atomic counter, so a thread slowed down by
-// something else on the machine takes fewer parts and all threads finish together. The
+// something else on the machine takes fewer parts and all threads finish together; the parts
+// shrink toward the end of the range so the last one to finish is short. The
 // caller waits for the parts to be done, not for the workers to wake: on a loaded machine a
 // descheduled worker costs nothing, the caller simply does its parts.
 #pragma once
@@ -49,7 +50,10 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
   uint32_t generation_ = 0;  // the caller's count of jobs
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0;
+  static constexpr int64_t kMaxParts = 64;
+  // Part i of the current job is [bounds_[i], bounds_[i + 1]); written before the job is
+  // published, read only by threads that claimed a part of it.
+  int64_t bounds_[kMaxParts + 1] = {};
 };
 
 }  // namespace lumen::kernels

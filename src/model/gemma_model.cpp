@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "base/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/qmatmul_decode.h"
 #include "kernels/thread_pool.h"
+#include "model/op_profile.h"
 
 namespace lumen::model {
 
@@ -52,7 +55,16 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     if (r.pos < 0) throw Error("negative position in batch");
   }
 
+  // LUMEN_PROFILE=1 times the ops of decode steps (one-token forwards).
+  const bool prof = T == 1 && op_profile_enabled();
+  std::optional<OpTimer> timer;
+  auto phase = [&](Op op) {
+    timer.reset();
+    if (prof) timer.emplace(op, true);
+  };
+
   // Embedding lookup, scaled.
+  phase(Op::Embed);
   std::vector<float> x(size_t(T * H));
   for (int64_t t = 0; t < T; ++t) {
     float* xt = x.data() + t * H;
@@ -71,18 +83,22 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     const int64_t hd = ls.head_dim, nq = ls.num_q_heads, nkv = ls.num_kv_heads;
     const int64_t pairs = int64_t(inv_freq_[size_t(l)].size());
 
+    phase(Op::Norms);
     for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * H], H, lw.input_norm.data(), offset, eps, &h[t * H]);
+    phase(Op::QkvProj);
     q.resize(size_t(T * nq * hd));
     k.resize(size_t(T * nkv * hd));
     v.resize(size_t(T * nkv * hd));
-    matmul(h.data(), T, lw.q_proj, q.data());
-    matmul(h.data(), T, lw.k_proj, k.data());
-    if (ls.k_eq_v) {
-      v = k;  // the raw projection, before k-norm and RoPE
-    } else {
-      matmul(h.data(), T, lw.v_proj, v.data());
+    {
+      // One pool call for the projections sharing h (decode); k = v layers skip v_proj.
+      const quant::WeightMatrix* qkv_w[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj};
+      float* qkv_y[] = {q.data(), k.data(), v.data()};
+      const size_t n_proj = ls.k_eq_v ? 2 : 3;
+      kernels::matmul_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
+      if (ls.k_eq_v) v = k;  // the raw projection, before k-norm and RoPE
     }
 
+    phase(Op::RopeKv);
     cos.resize(size_t(pairs));
     sin.resize(size_t(pairs));
     const float* qn = lw.q_norm.empty() ? nullptr : lw.q_norm.data();
@@ -105,9 +121,12 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
       caches[size_t(r.seq)]->store(l, r.pos, &k[t * nkv * hd], &v[t * nkv * hd]);
     }
 
+    phase(Op::Attention);
     attn.resize(size_t(T * nq * hd));
     attention(ls, l, rows, caches, q.data(), attn.data());
+    phase(Op::OProj);
     matmul(attn.data(), T, lw.o_proj, attn_out.data());
+    phase(Op::Residual);
     for (int64_t t = 0; t < T; ++t) {
       float* a = &attn_out[t * H];
       if (spec_.post_attention_norm) rms_norm(a, H, lw.post_attention_norm.data(), offset, eps, a);
@@ -117,13 +136,20 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
       else std::copy(&x[t * H], &x[t * H] + H, f);
     }
 
+    phase(Op::GateUp);
     const int64_t F = ls.ffn_dim;
     gate.resize(size_t(T * F));
     up.resize(size_t(T * F));
-    matmul(h.data(), T, lw.gate_proj, gate.data());
-    matmul(h.data(), T, lw.up_proj, up.data());
+    {
+      const quant::WeightMatrix* gu_w[] = {&lw.gate_proj, &lw.up_proj};
+      float* gu_y[] = {gate.data(), up.data()};
+      kernels::matmul_shared_input(h.data(), T, gu_w, gu_y);
+    }
+    phase(Op::Gelu);
     kernels::gated_gelu(gate.data(), up.data(), T * F, gate.data());
+    phase(Op::DownProj);
     matmul(gate.data(), T, lw.down_proj, attn_out.data());
+    phase(Op::Residual);
     for (int64_t t = 0; t < T; ++t) {
       float* f = &attn_out[t * H];
       if (spec_.post_ffn_norm) rms_norm(f, H, lw.post_ffn_norm.data(), offset, eps, f);
@@ -134,6 +160,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
   }
 
   // Final norm and output projection, only for rows that want logits.
+  phase(Op::Norms);
   std::vector<float> selected;
   int64_t n_out = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -142,10 +169,15 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     rms_norm(&x[t * H], H, weights_.final_norm.data(), offset, eps, &selected[n_out * H]);
     ++n_out;
   }
+  phase(Op::Logits);
   logits.assign(size_t(n_out * V), 0.0f);
-  if (n_out == 0) return;
-  matmul(selected.data(), n_out, weights_.lm_head, logits.data());
-  if (spec_.final_logit_softcap) kernels::softcap(logits.data(), n_out * V, *spec_.final_logit_softcap);
+  if (n_out > 0) {
+    matmul(selected.data(), n_out, weights_.lm_head, logits.data());
+    phase(Op::Softcap);
+    if (spec_.final_logit_softcap) kernels::softcap(logits.data(), n_out * V, *spec_.final_logit_softcap);
+  }
+  timer.reset();
+  if (prof) op_profile_step();
 }
 
 }  // namespace lumen::model

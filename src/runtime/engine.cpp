@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "kernels/ops.h"
 #include "kv/make_cache.h"
 #include "quant/convert.h"
 #include "runtime/manifest_run.h"
@@ -144,8 +145,6 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, in
   return out;
 }
 
-int32_t argmax(const float* x, int64_t n) {
-  return int32_t(std::max_element(x, x + n) - x);
-}
+int32_t argmax(const float* x, int64_t n) { return int32_t(kernels::argmax(x, n)); }
 
 }  // namespace lumen::runtime

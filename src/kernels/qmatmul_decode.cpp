@@ -1,0 +1,72 @@
+#include "kernels/qmatmul_decode.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
+#include "quant/repack.h"
+
+namespace lumen::kernels {
+
+bool decode_kernel_applies(const quant::WeightMatrix& w) { return w.format == quant::WeightFormat::Q4_0X4; }
+
+void qmatvec_q4(const float* x, std::span<const quant::WeightMatrix* const> ws, std::span<float* const> ys, Isa isa) {
+  if (ws.empty()) return;
+  if (ws.size() != ys.size()) throw Error("qmatvec_q4: " + std::to_string(ws.size()) + " matrices but " +
+                                          std::to_string(ys.size()) + " outputs");
+  const int64_t K = ws[0]->cols;
+  constexpr size_t kMaxMatrices = 8;
+  if (ws.size() > kMaxMatrices) throw Error("qmatvec_q4: at most 8 matrices in one call");
+  // Row groups of all matrices as one index space: matrix i owns [first[i], first[i + 1]).
+  int64_t first[kMaxMatrices + 1] = {0};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (!decode_kernel_applies(*ws[i]))
+      throw Error(std::string("qmatvec_q4: format ") + quant::format_name(ws[i]->format) + " is not Q4_0X4");
+    if (ws[i]->cols != K) throw Error("qmatvec_q4: matrices sharing an input must have the same columns");
+    first[i + 1] = first[i] + quant::padded_rows(ws[i]->rows) / quant::kRowGroup;
+  }
+  const int64_t chunks = quant::padded_cols(K) / quant::kChunk;
+  const size_t group_bytes = size_t(chunks) * quant::kQ4x4ChunkBytes;
+
+  thread_local std::vector<ActChunk> acts;
+  acts.resize(size_t(chunks));
+  quantize_activations(x, K, acts.data(), isa);
+  const ActChunk* act = acts.data();
+  const ActChunk* const tile_acts[2] = {act, act};
+  const detail::QTileFn tile = isa == Isa::Avx2 ? detail::q4_tile_avx2 : detail::q4_tile_scalar;
+
+  auto run = [&](int64_t g0, int64_t g1) {
+    for (size_t i = 0; i < ws.size() && g0 < g1; ++i) {
+      const int64_t b = std::max(g0, first[i]), e = std::min(g1, first[i + 1]);
+      if (b >= e) continue;
+      const auto* base = static_cast<const std::byte*>(ws[i]->data);
+      const int64_t N = ws[i]->rows;
+      float* y = ys[i];
+      if (isa == Isa::Avx512) {
+        detail::q4_decode_groups_avx512(base, chunks, act, b - first[i], e - first[i], N, y);
+        continue;
+      }
+      for (int64_t g = b - first[i]; g < e - first[i]; ++g) {
+        float out[2][4];
+        tile(base + size_t(g) * group_bytes, chunks, tile_acts, 1, out);
+        for (int r = 0; r < 4 && g * 4 + r < N; ++r) y[g * 4 + r] = out[0][r];
+      }
+    }
+  };
+  ThreadPool::global().parallel_for(first[ws.size()], run);
+}
+
+void matmul_shared_input(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
+                         std::span<float* const> ys) {
+  if (ws.size() != ys.size()) throw Error("matmul_shared_input: " + std::to_string(ws.size()) + " matrices but " +
+                                          std::to_string(ys.size()) + " outputs");
+  bool fused = T == 1 && ws.size() <= 8;
+  for (const auto* w : ws) fused = fused && decode_kernel_applies(*w) && w->cols == ws[0]->cols;
+  if (fused) return qmatvec_q4(x, ws, ys, active_isa());
+  for (size_t i = 0; i < ws.size(); ++i) matmul(x, T, *ws[i], ys[i]);
+}
+
+}  // namespace lumen::kernels

@@ -1,0 +1,29 @@
+// `lumen bench --kernels`: the decode-path kernels alone, on 12B-shaped matrices larger than
+// the caches (so the weights come from memory as in a real decode step): GB/s of weights
+// read per wall-second and per CPU-second of the process (the latter is what a shared
+// machine cannot take away), for the AVX-512 decode kernel, the general tile kernel at T = 1,
+// fused and separate q/k/v, and the vocabulary-sized vector ops.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lumen::runtime {
+
+struct KernelBenchRow {
+  std::string name;
+  double bytes = 0;        // weight bytes read per call (0 for the vector ops)
+  double wall_s = 0;       // per call
+  double cpu_s = 0;        // process CPU seconds per call (all threads)
+  double gbs_wall() const { return wall_s > 0 ? bytes / wall_s / 1e9 : 0; }
+  double gbs_cpu() const { return cpu_s > 0 ? bytes / cpu_s / 1e9 : 0; }
+};
+
+// min_seconds: time spent per row (at least 3 calls).
+std::vector<KernelBenchRow> run_kernel_bench(double min_seconds = 1.0);
+nlohmann::json kernel_bench_to_json(const std::vector<KernelBenchRow>& rows);
+std::string kernel_bench_to_text(const std::vector<KernelBenchRow>& rows);
+
+}  // namespace lumen::runtime
