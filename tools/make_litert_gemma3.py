@@ -47,6 +47,9 @@ PACKAGE_SETTINGS = {
     "model_prompt_prefix": "<start_of_turn>model\n",
     "model_prompt_suffix": "<end_of_turn>\n",
 }
+# Bump when convert() changes what it asks the converter for (the cache key includes it, not
+# this file's text, so edits elsewhere here do not force a re-conversion).
+CONVERSION_VERSION = 1
 DEFAULT_GGUF = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 
 
@@ -77,7 +80,7 @@ def checkpoint(gguf: Path, cache: Path, gguf_sha: str) -> Path:
 def recipe_key(recipe: str, gguf_sha: str) -> str:
     h = hashlib.sha256()
     for part in (recipe, gguf_sha, _versions(), json.dumps([PREFILL_LENS, KV_CACHE_MAX_LEN, PACKAGE_SETTINGS]),
-                 (TOOLS / "gguf_to_hf_checkpoint.py").read_text(), Path(__file__).read_text()):
+                 (TOOLS / "gguf_to_hf_checkpoint.py").read_text(), str(CONVERSION_VERSION)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:12]
@@ -124,7 +127,12 @@ def tensor_dump(package: Path) -> str:
                     if q.ZeroPointLength():
                         zps = {q.ZeroPoint(i) for i in range(min(q.ZeroPointLength(), 4096))}
                         parts.append(f"zero_points={sorted(zps)[:4]}")
-                    if q.DetailsType():
+                    if q.DetailsType() == schema.QuantizationDetails.BlockwiseQuantization:
+                        bq = schema.BlockwiseQuantization()
+                        bq.Init(q.Details().Bytes, q.Details().Pos)
+                        parts.append(f"blockwise block_size={bq.BlockSize()} scales_tensor={bq.Scales()} "
+                                     f"zero_points_tensor={bq.ZeroPoints()}")
+                    elif q.DetailsType():
                         parts.append(f"details_type={q.DetailsType()}")
                     qtext = " ".join(parts)
                 shape = [t.Shape(i) for i in range(t.ShapeLength())]

@@ -15,6 +15,10 @@ Runs in the `.venv-litert` venv (tools/requirements-litert.txt).
         (litert-lm still puts the start token first).
     reference_litert.py tokenize PKG TEXT   (litert-lm's tokenizer, JSON ids)
     reference_litert.py signatures PKG      (the TFLite signatures, their inputs and outputs, JSON)
+    reference_litert.py golden PKG --prompts P.json -n N --out DIR
+        Everything the parity test needs, in one process: for each prompt text, its ids (the
+        start token, then litert-lm's tokenization), the interpreter's logits of those ids and
+        litert-lm's greedy text of N tokens; DIR/golden.json + DIR/logits_K.npy.
 
 Importable: tflite_bytes(pkg), DecodeRunner(pkg).logits(ids), generate(pkg, text, n), tokenize(pkg, text).
 """
@@ -154,6 +158,20 @@ def generate(package: Path, text: str, n: int, template: bool = False) -> dict:
         engine.close()
 
 
+def golden(package: Path, prompts: list[str], n: int, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    runner = DecodeRunner(package)
+    res = {"package": str(package), "n": n, "cases": []}
+    for k, text in enumerate(prompts):
+        gen = generate(package, text, n)
+        ids = [int(gen["bos"])] + tokenize(package, text)
+        np.save(out / f"logits_{k}.npy", runner.logits(ids))
+        res["cases"].append({"prompt": text, "ids": ids, "litert_lm_text": gen["text"],
+                             "litert_lm_text_ids": gen["ids"], "eos": gen["eos"]})
+    (out / "golden.json").write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
 def _ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -173,6 +191,11 @@ def main(argv=None) -> int:
     tk = sub.add_parser("tokenize")
     tk.add_argument("package", type=Path)
     tk.add_argument("text")
+    gd = sub.add_parser("golden")
+    gd.add_argument("package", type=Path)
+    gd.add_argument("--prompts", type=Path, required=True)
+    gd.add_argument("-n", type=int, default=24)
+    gd.add_argument("--out", type=Path, required=True)
     sg = sub.add_parser("signatures")
     sg.add_argument("package", type=Path)
     args = p.parse_args(argv)
@@ -183,6 +206,8 @@ def main(argv=None) -> int:
         np.save(args.out, DecodeRunner(args.package).logits(_ids(args.tokens)))
     elif args.command == "generate":
         print(json.dumps(generate(args.package, args.prompt, args.n, args.template)))
+    elif args.command == "golden":
+        golden(args.package, json.loads(args.prompts.read_text()), args.n, args.out)
     elif args.command == "tokenize":
         print(json.dumps(tokenize(args.package, args.text)))
     else:
