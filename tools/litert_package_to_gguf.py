@@ -55,7 +55,16 @@ class TfliteConstants:
         self.buf = model_bytes
         self.model = schema.Model.GetRootAs(model_bytes, 0)
         self.type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-        self.sg = self.model.Subgraphs(0)
+        self.sg = self.model.Subgraphs(self._decode_subgraph())
+
+    def _decode_subgraph(self) -> int:
+        # Prefill signatures that output no logits lose the last layer's MLP and the final norm
+        # to dead-code elimination; the decode signature's subgraph holds every weight.
+        for i in range(self.model.SignatureDefsLength()):
+            sd = self.model.SignatureDefs(i)
+            if sd.SignatureKey() == b"decode":
+                return sd.SubgraphIndex()
+        return 0
 
     def _raw(self, t) -> bytes:
         b = self.model.Buffers(t.Buffer())
@@ -66,7 +75,7 @@ class TfliteConstants:
         return b""
 
     def constants(self):
-        """(index, name, type name, shape) of every tensor with data in subgraph 0."""
+        """(index, name, type name, shape) of every tensor with data in the decode subgraph."""
         out = []
         for i in range(self.sg.TensorsLength()):
             t = self.sg.Tensors(i)

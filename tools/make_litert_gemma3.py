@@ -15,7 +15,9 @@ Steps, each cached under --cache keyed by its inputs:
   3. Beside it: NAME.tensors.txt (every TFLite tensor that has data: index, name, type, shape,
      quantization) and NAME.config.json (the HF config the weights came from).
 Recipes (litert-torch's names): int8 = dynamic_int8 (per-channel int8 weights), int4 =
-dynamic_int4_block32 (int4 weights, blockwise 32), f32 = none.
+dynamic_int4_block32 (int4 weights, blockwise 32), int8wo = weight_only_int8 (int8 weights
+dequantized in the graph, activations stay float: the recipe Lumen's f32 path can match tightly),
+f32 = none. The "dynamic" recipes make the runtime quantize activations to int8 on the fly.
 Prints one JSON line per recipe: {"recipe", "package", "seconds", "cached"}.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools"
 sys.path.insert(0, str(TOOLS))
 
-RECIPES = {"int8": "dynamic_int8", "int4": "dynamic_int4_block32", "f32": "none"}
+RECIPES = {"int8": "dynamic_int8", "int4": "dynamic_int4_block32", "int8wo": "weight_only_int8", "f32": "none"}
 # Small, fixed conversion shape: one prefill signature of 32 tokens and a 256-token KV cache are
 # enough for the parity prompts, and each extra prefill length costs another graph export.
 PREFILL_LENS = [32]
