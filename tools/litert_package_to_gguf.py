@@ -14,8 +14,9 @@ Which constant is which weight: litert-torch names its constants after the ops t
 same-shaped tensor of the checkpoint the package was converted from (--checkpoint, what
 tools/gguf_to_hf_checkpoint.py wrote), including each layer's fused [q; k; v] projection and the
 norm gains as stored (w) and as applied (1 + w). A constant maps to the tensor with the smallest
-relative error; the map is refused unless that error is under the recipe's quantization error
-bound and at most a tenth of the runner-up's, and unless every checkpoint tensor is covered.
+relative error (max|Δ|/max|w|); the map is refused unless that error is under --bound and at
+most AMBIGUITY (0.2) times the runner-up's, and unless every checkpoint tensor is covered
+(measured: int8 0.0039 vs runner-up >= 0.67; int4 blocks of 32: 0.071 vs >= 0.74).
 The weights written are the package's, never the checkpoint's. --map-out writes the map found
 (constant index and name -> tensor, relative errors) as JSON.
 
@@ -36,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+AMBIGUITY = 0.2
 NP_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT8": np.int8, "UINT8": np.uint8,
             "INT32": np.int32, "INT64": np.int64, "INT16": np.int16}
 
@@ -170,7 +172,7 @@ def find_map(consts: TfliteConstants, cands: dict[str, np.ndarray], bound: float
         best, runner = errs[0], (errs[1][0] if len(errs) > 1 else float("inf"))
         if best[0] > bound:
             continue  # not a weight of the checkpoint (scales, zero points, masks, rope tables)
-        if best[0] > 0.1 * runner:
+        if best[0] > AMBIGUITY * runner:
             fail(f"constant {index} ({name}): ambiguous, {best[1]} at {best[0]:.3g} vs runner-up {runner:.3g}")
         found.append({"index": index, "name": name, "type": tname, "shape": list(shape), "tensor": best[1],
                       "transposed": best[2], "rel_err": best[0], "runner_up_rel_err": runner})

@@ -124,10 +124,24 @@ class DecodeRunner:
         return res
 
 
+_ENGINE_CACHE = None
+
+
 def _engine(package: Path):
+    """litert-lm's engine on the CPU, one thread. Its XNNPACK weight cache (as large as the
+    unpacked weights: 1 GB for an int8 weight-only 270M) goes to a temporary folder, not beside
+    the package."""
+    global _ENGINE_CACHE
+    import atexit
+    import shutil
+    import tempfile
+
     import litert_lm
 
-    return litert_lm.Engine(str(package), backend=litert_lm.Backend.CPU(thread_count=1))
+    if _ENGINE_CACHE is None:
+        _ENGINE_CACHE = tempfile.mkdtemp(prefix="litert-lm-cache-")
+        atexit.register(shutil.rmtree, _ENGINE_CACHE, True)
+    return litert_lm.Engine(str(package), backend=litert_lm.Backend.CPU(thread_count=1), cache_dir=_ENGINE_CACHE)
 
 
 def tokenize(package: Path, text: str) -> list[int]:
