@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/litert_flags.h"
 #include "cli/text_options.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -20,6 +21,7 @@ namespace {
 struct RunOptions {
   bool allow_unverified = false;
   std::string model, tokens;
+  std::string litert_config, litert_map, litert_receipt;
   std::optional<std::string> prompt, system;
   std::optional<int> n;
   std::vector<std::string> stops;
@@ -29,7 +31,7 @@ struct RunOptions {
 
 int run_tokens(const RunOptions& o) {
   const auto tokens = lumen::cli::parse_token_list(o.tokens);
-  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), {.quant = "", .allow_unverified = o.allow_unverified});
+  auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o.model), {.quant = "", .allow_unverified = o.allow_unverified, .litert_config = o.litert_config, .litert_map = o.litert_map, .litert_receipt = o.litert_receipt});
   const auto ids = engine->generate_greedy(tokens, o.n.value_or(32));
   std::cout << lumen::cli::ids_to_json(ids) << std::endl;
   return 0;
@@ -43,7 +45,7 @@ int run_prompt(const RunOptions& o) {
   // Flags first: a typo costs no model load.
   runtime::GenerationRequest req;
   req.sampling = cli::sampling_from_flags(o.sampling, model_path);
-  auto engine = runtime::Engine::load(model_path, {.quant = "", .allow_unverified = o.allow_unverified});
+  auto engine = runtime::Engine::load(model_path, {.quant = "", .allow_unverified = o.allow_unverified, .litert_config = o.litert_config, .litert_map = o.litert_map, .litert_receipt = o.litert_receipt});
   const auto& tok = engine->require_tokenizer();
   req.max_tokens = o.n.value_or(256);
   for (const auto& stop : o.stops) req.stop_strings.push_back(cli::unescape(stop));
@@ -96,6 +98,7 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_flag("--allow-unverified", o->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
   lumen::cli::add_sampling_flags(cmd, o->sampling);
+  lumen::cli::add_litert_flags(cmd, o->litert_config, o->litert_map, o->litert_receipt);
   return std::pair{cmd, lumen::cli::Runner([o, cmd] {
     if (o->prompt && cmd->count("--tokens") > 0) throw lumen::Error("-p and --tokens: give one or the other");
     if (o->prompt) return run_prompt(*o);

@@ -32,6 +32,13 @@ std::optional<TfliteQuantization> read_quantization(const fb::Table& t) {
   q.zero_point = scalars<int64_t>(t.vector(3, 8, "zero_point"));
   q.details_type = t.scalar<uint8_t>(4, 0, "details_type");
   q.quantized_dimension = t.scalar<int32_t>(6, 0, "quantized_dimension");
+  if (q.details_type == 2) {
+    if (auto d = t.union_table(5, "details")) {
+      q.block_scales = d->scalar<int32_t>(0, 0, "scales");
+      q.block_zero_points = d->scalar<int32_t>(1, 0, "zero_points");
+      q.block_size = d->scalar<int32_t>(2, 0, "block_size");
+    }
+  }
   if (q.scale.empty() && q.zero_point.empty() && q.min.empty() && q.max.empty() && q.details_type == 0)
     return std::nullopt;
   return q;

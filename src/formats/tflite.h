@@ -51,6 +51,9 @@ struct TfliteQuantization {
   std::vector<float> min, max;
   int32_t quantized_dimension = 0;
   uint8_t details_type = 0;  // 0 none, 1 CustomQuantization, 2 Blockwise, 3 MultiAxis
+  // BlockwiseQuantization (details type 2): 0 scales (a tensor index of the same subgraph),
+  // 1 zero_points (tensor index, -1 none), 2 block_size.
+  int32_t block_scales = -1, block_zero_points = -1, block_size = 0;
   bool per_channel() const { return scale.size() > 1; }
 };
 

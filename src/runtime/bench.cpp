@@ -84,7 +84,9 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
   r.n_gen = o.n_gen;
 
   auto t0 = Clock::now();
-  auto engine = Engine::load(model_path, {o.quant});
+  LoadOptions load_options;
+  load_options.quant = o.quant;
+  auto engine = Engine::load(model_path, load_options);
   r.load_s = since(t0);
   const auto& spec = engine->spec();
   const auto& w = engine->model().weights();

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kv/make_cache.h"
 #include "quant/convert.h"
+#include "runtime/litert_load.h"
 
 namespace lumen::runtime {
 
@@ -27,6 +28,13 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   }
   std::unique_ptr<Engine> engine(new Engine());
   engine->path_ = model_path;
+  if (is_litertlm_file(model_path)) {
+    LitertModel m = load_litert_package(model_path, {options.litert_config, options.litert_map, options.litert_receipt,
+                                                     options.allow_unverified, requantize});
+    if (m.tokenizer) engine->set_tokenizer(std::move(m.tokenizer));
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(m.spec), std::move(m.weights));
+    return engine;
+  }
   if (spec::is_gguf_file(model_path)) {
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
     spec::ModelSpec spec = spec::spec_from_gguf(*engine->gguf_);

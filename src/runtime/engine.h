@@ -25,6 +25,9 @@ struct LoadOptions {
   std::string quant;
   // Load a manifest whose `unsupported` block marks it known-bad (refused otherwise).
   bool allow_unverified = false;
+  // A .litertlm package (runtime/litert_load.h): its config (HF config.json or manifest), its
+  // constant map file, its parity receipt. Ignored for other models.
+  std::string litert_config, litert_map, litert_receipt;
 };
 
 class Engine {

@@ -513,6 +513,10 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
 
 }  // namespace
 
+// hf_config_gemma3.cpp (declared here, not in model_spec.h: the Gemma 3 HF path is reached
+// only through spec_from_hf_config).
+ModelSpec spec_from_gemma3_hf_config(const nlohmann::json& config, const std::string& source);
+
 ModelSpec spec_from_hf_config(const nlohmann::json& config, const std::string& source) {
   const ObjectReader top(config, "", source);
   if (!top.has("model_type")) {
@@ -520,6 +524,7 @@ ModelSpec spec_from_hf_config(const nlohmann::json& config, const std::string& s
                              std::string(kExpectedTypes) + ")");
   }
   const std::string model_type = top.required_string("model_type");
+  if (model_type == "gemma3_text" || model_type == "gemma3") return spec_from_gemma3_hf_config(config, source);
   if (model_type == "gemma4_text" || model_type == "gemma4_unified_text") {
     return build_from_text_config(top, model_type, std::nullopt);
   }

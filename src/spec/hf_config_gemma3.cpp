@@ -1,0 +1,136 @@
+// ModelSpec from a Hugging Face Gemma 3 text config (model_type gemma3_text, or gemma3 with a
+// text_config): the default model's family, for LiteRT packages converted from it. Same
+// geometry as the GGUF path (gguf_spec.cpp); the differences are the HF conventions: norm
+// gains stored as w and applied as (1 + w), layer kinds from layer_types or the
+// sliding_window_pattern, RoPE thetas from rope_theta/rope_local_base_freq or rope_parameters.
+#include <cmath>
+
+#include "base/error.h"
+#include "spec/model_spec.h"
+#include "spec/spec_internal.h"
+
+namespace lumen::spec {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Reader {
+  const json& j;
+  std::string source;
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    detail::fail(source, "`" + key + "` " + what);
+  }
+  int64_t integer(const std::string& key, int64_t lo = 1) const {
+    if (!j.contains(key) || !j[key].is_number_integer()) fail(key, "is missing or not an integer");
+    const int64_t v = j[key].get<int64_t>();
+    if (v < lo || v > (int64_t(1) << 30)) fail(key, "is " + std::to_string(v) + ", out of range");
+    return v;
+  }
+  std::optional<double> number(const std::string& key) const {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_number()) fail(key, "is not a number");
+    return j[key].get<double>();
+  }
+};
+
+}  // namespace
+
+ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& source) {
+  const json& t = config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+  const Reader r{t, source};
+  if (t.contains("quantization_config")) r.fail("quantization_config", "is set: pre-quantized HF checkpoints are not supported");
+  ModelSpec spec;
+  spec.source = source;
+  spec.source_kind = "hf-config";
+  spec.model_type = "gemma3_text";
+  spec.family = "gemma3";
+  spec.vocab_size = int(r.integer("vocab_size"));
+  spec.hidden_size = int(r.integer("hidden_size"));
+  spec.max_positions = int(r.integer("max_position_embeddings"));
+  spec.rms_eps = float(r.number("rms_norm_eps").value_or(1e-6));
+  spec.norm_weight_offset = true;  // HF Gemma 3 RMSNorm: x * (1 + w)
+  const int n_layers = int(r.integer("num_hidden_layers"));
+  const int heads = int(r.integer("num_attention_heads"));
+  const int kv_heads = int(r.integer("num_key_value_heads"));
+  const int head_dim = t.contains("head_dim") ? int(r.integer("head_dim")) : spec.hidden_size / heads;
+  const int ffn = int(r.integer("intermediate_size"));
+  const int window = int(r.integer("sliding_window"));
+  spec.attention_scale = float(1.0 / std::sqrt(r.number("query_pre_attn_scalar").value_or(head_dim)));
+  if (auto cap = r.number("attn_logit_softcapping"); cap && *cap > 0) spec.attn_logit_softcap = float(*cap);
+  if (auto cap = r.number("final_logit_softcapping"); cap && *cap > 0) spec.final_logit_softcap = float(*cap);
+  spec.tie_embeddings = t.value("tie_word_embeddings", config.value("tie_word_embeddings", true));
+  spec.embedding_scale = std::sqrt(float(spec.hidden_size));
+  const std::string act = t.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh") r.fail("hidden_activation", "is \"" + printable(act) + "\"; Gemma 3 uses gelu_pytorch_tanh");
+  spec.activation = "gelu_tanh";
+
+  double global_theta = r.number("rope_theta").value_or(1000000.0);
+  double local_theta = r.number("rope_local_base_freq").value_or(10000.0);
+  double scaling = 1.0;
+  if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
+    const json& rp = t["rope_parameters"];
+    if (rp.contains("full_attention") && rp["full_attention"].contains("rope_theta"))
+      global_theta = rp["full_attention"]["rope_theta"].get<double>();
+    if (rp.contains("sliding_attention") && rp["sliding_attention"].contains("rope_theta"))
+      local_theta = rp["sliding_attention"]["rope_theta"].get<double>();
+  }
+  if (t.contains("rope_scaling") && t["rope_scaling"].is_object()) {
+    const json& rs = t["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    if (type == "linear") scaling = rs.value("factor", 1.0);
+    else if (type != "default") r.fail("rope_scaling", "has rope_type \"" + printable(type) + "\" (linear or default)");
+  }
+  std::vector<AttentionKind> kinds(size_t(n_layers), AttentionKind::Sliding);
+  if (t.contains("layer_types") && t["layer_types"].is_array()) {
+    if (t["layer_types"].size() != size_t(n_layers))
+      r.fail("layer_types", "has " + std::to_string(t["layer_types"].size()) + " entries for " + std::to_string(n_layers) + " layers");
+    for (int i = 0; i < n_layers; ++i) {
+      const std::string k = t["layer_types"][size_t(i)].is_string() ? t["layer_types"][size_t(i)].get<std::string>() : "";
+      if (k == "full_attention") kinds[size_t(i)] = AttentionKind::Full;
+      else if (k != "sliding_attention") r.fail("layer_types", "entry " + std::to_string(i) + " is not sliding_attention or full_attention");
+    }
+  } else {
+    const int pattern = t.contains("sliding_window_pattern") ? int(r.integer("sliding_window_pattern")) : 6;
+    for (int i = 0; i < n_layers; ++i)
+      if ((i + 1) % pattern == 0) kinds[size_t(i)] = AttentionKind::Full;
+  }
+  spec.tokens.pad = int(t.value("pad_token_id", 0));
+  spec.tokens.bos = int(t.value("bos_token_id", 2));
+  const json eos = t.contains("eos_token_id") ? t["eos_token_id"] : config.value("eos_token_id", json(1));
+  spec.tokens.stop.clear();
+  if (eos.is_array()) {
+    for (const auto& e : eos) spec.tokens.stop.push_back(e.get<int>());
+    spec.tokens.eos = spec.tokens.stop.empty() ? 1 : spec.tokens.stop[0];
+  } else {
+    spec.tokens.eos = eos.is_number_integer() ? eos.get<int>() : 1;
+    spec.tokens.stop.push_back(spec.tokens.eos);
+  }
+  if (spec.vocab_size > 106) spec.tokens.stop.push_back(106);  // <end_of_turn> of Gemma 3's vocabulary
+  spec.chat_template = "gemma3";
+  for (int i = 0; i < n_layers; ++i) {
+    LayerSpec l;
+    l.kind = kinds[size_t(i)];
+    l.num_q_heads = heads;
+    l.num_kv_heads = kv_heads;
+    l.head_dim = head_dim;
+    l.window = l.kind == AttentionKind::Sliding ? window : 0;
+    l.k_eq_v = false;
+    l.q_norm = l.q_norm_weight = true;
+    l.k_norm = l.k_norm_weight = true;
+    l.v_norm = false;
+    l.has_layer_scalar = false;
+    l.missing_layer_scalar = 1.0f;
+    l.ffn_dim = ffn;
+    l.rope.type = "default";
+    l.rope.partial_factor = 1.0;
+    l.rope.freq_base_dim = head_dim;
+    l.rope.theta = l.kind == AttentionKind::Sliding ? local_theta : global_theta;
+    l.rope.scaling_factor = l.kind == AttentionKind::Sliding ? 1.0 : scaling;
+    spec.layers.push_back(l);
+  }
+  detail::validate_spec(spec);
+  return spec;
+}
+
+}  // namespace lumen::spec
