@@ -268,6 +268,97 @@ def test_package_tensor_map_covers_model(package, package_gguf):
     assert ratio < 0.2
 
 
+# ------------------------------------------------------------------ Lumen reading the package itself
+
+def _package_args(package) -> list:
+    """Lumen's own .litertlm loader: the package, its HF config and the declared constant map
+    (tools/litert_maps/NAME.map.json: the converter leaves the embedding constant unnamed)."""
+    pkg = Path(package["package"])
+    cmap = TOOLS / "litert_maps" / f"{pkg.stem}.map.json"
+    if not cmap.is_file():
+        pytest.fail(f"{cmap} is missing: write it with `lumen verify {pkg} --constants` (see notes/litert-weights.md)")
+    return ["-m", pkg, "--config", package["config"], "--map", cmap]
+
+
+def test_logits_package_path(package, golden, work):
+    """Lumen loading the package itself (--quant f32: its constants dequantized exactly, f32
+    activations), vs the interpreter, with the same bounds as the GGUF path; and vs the GGUF path
+    itself, which reads the same weights through other code: the two must agree to f32 rounding."""
+    recipe = package["recipe"]
+    kl_mean_tol, kl_max_tol, top1_tol, margin_tol, abs_tol = TOLERANCES[recipe]
+    kls, top1s, worst_abs = [], [], 0.0
+    for k, case in enumerate(golden["cases"]):
+        out = work / f"litert-google-pkg-{recipe}-{k}.npy"
+        cp = run_lumen("logits", *_package_args(package), "--quant", "f32", "--tokens", tokens_arg(case["ids"]),
+                       "--out", out)
+        assert cp.returncode == 0, describe(cp)
+        got = np.load(out)
+        assert got.shape == case["logits"].shape
+        c = compare_logits(case["logits"], got, margin_tol)
+        assert not c["bad"], (f"prompt {k}: top-1 differs at positions {c['bad']} with reference margins "
+                              f"{[float(c['margins'][i]) for i in c['bad']]} > {margin_tol}")
+        kls.append(c["kl"])
+        top1s.append(c["top1"])
+        worst_abs = max(worst_abs, c["max_abs"] / c["scale"])
+    kl = np.concatenate(kls)
+    figures = {"kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "top1": float(np.mean(top1s)),
+               "max_abs_over_scale": worst_abs, "positions": int(kl.size)}
+    record("litert_google", f"{recipe}_logits_package_path", figures)
+    assert figures["kl_mean"] <= kl_mean_tol, figures
+    assert figures["kl_max"] <= kl_max_tol, figures
+    assert figures["top1"] >= top1_tol, figures
+    if abs_tol is not None:
+        assert figures["max_abs_over_scale"] <= abs_tol, figures
+
+
+def test_package_path_equals_gguf_path(package, golden, package_gguf, work):
+    """Same weights, two readers: Lumen on the package (--quant f32) and Lumen on the package's
+    constants written as an f32 GGUF must give the same logits up to f32 rounding."""
+    recipe = package["recipe"]
+    worst = 0.0
+    for k, case in enumerate(golden["cases"][:2]):
+        out = work / f"litert-google-pkg-eq-{recipe}-{k}.npy"
+        cp = run_lumen("logits", *_package_args(package), "--quant", "f32", "--tokens", tokens_arg(case["ids"]),
+                       "--out", out)
+        assert cp.returncode == 0, describe(cp)
+        a = np.load(out)
+        b = _lumen_logits(package_gguf, case["ids"], work, f"{recipe}-{k}-eq")
+        worst = max(worst, float(np.abs(a - b).max() / np.abs(b).max()))
+    record("litert_google", f"{recipe}_package_vs_gguf_path", {"max_abs_over_scale": worst})
+    assert worst <= 1e-4, worst
+
+
+def test_greedy_package_path(package, golden, work):
+    """`lumen run` on the package itself, default quantized path (int8 kernels), vs litert-lm's
+    greedy text; a parting is allowed only at a near tie of the interpreter."""
+    recipe = package["recipe"]
+    margin_tol = TOLERANCES[recipe][3]
+    exact, near_ties = 0, []
+    for k, case in enumerate(golden["cases"]):
+        cp = run_lumen("run", *_package_args(package), "--tokens", tokens_arg(case["ids"]), "-n", GREEDY_N)
+        assert cp.returncode == 0, describe(cp)
+        ids = json.loads(cp.stdout)
+        cut = next((i for i, t in enumerate(ids) if t in STOP_IDS), len(ids))
+        ids = ids[:cut]
+        text = _detok(MODEL, ids)
+        ref = case["litert_lm_text"]
+        if text == ref:
+            exact += 1
+            continue
+        agree = 0
+        while agree < len(ids) and ref.startswith(_detok(MODEL, ids[:agree + 1])):
+            agree += 1
+        if agree == len(ids):
+            raise AssertionError(f"prompt {k}: Lumen stopped early: {text!r} vs litert-lm {ref!r}")
+        ref_logits = _interpreter_last_logits(package["package"], case["ids"] + ids[:agree], work,
+                                              f"{recipe}-{k}-pkgtie")
+        margin = float(ref_logits.max() - ref_logits[ids[agree]])
+        near_ties.append({"prompt": k, "position": agree, "margin": margin})
+        assert margin <= margin_tol, (f"prompt {k}: Lumen {text!r} vs litert-lm {ref!r}: they part after "
+                                      f"{agree} tokens where the interpreter's margin is {margin:.3f} > {margin_tol}")
+    record("litert_google", f"{recipe}_greedy_package_path", {"exact": exact, "cases": len(golden["cases"]),
+                                                              "near_ties": near_ties})
+
 def test_lm_lora_fixture_interpreter(shared, work):
     """LiteRT-LM's own test package (a toy 128-token model with LoRA inputs) through the
     interpreter: its decode signature runs with the LoRA weights at zero and gives the same
