@@ -75,6 +75,9 @@ TOLERANCES = {  # recipe: (KL mean, KL max, top-1, near-tie margin, max|Δ|/max|
     "int4": (0.06, 0.25, 0.7, 1.0, None),
 }
 
+# Near-tie bound (logits) for `lumen run` on the package, whose int kernels quantize activations.
+GREEDY_PACKAGE_MARGIN = {"f32": 0.5, "int8wo": 0.5, "int8": 0.5, "int4": 1.0}
+
 
 def _litert(*args, timeout=3600) -> subprocess.CompletedProcess:
     if not LITERT_PY.is_file():
@@ -329,10 +332,13 @@ def test_package_path_equals_gguf_path(package, golden, package_gguf, work):
 
 
 def test_greedy_package_path(package, golden, work):
-    """`lumen run` on the package itself, default quantized path (int8 kernels), vs litert-lm's
-    greedy text; a parting is allowed only at a near tie of the interpreter."""
+    """`lumen run` on the package itself, on its default kernels (int8 weights as f32, int4 blocks as
+    Q4_0X4 with activations quantized to int8 per 32-block), vs litert-lm's greedy text; a parting
+    is allowed only at a near tie of the interpreter. `run` has no --quant f32, so even for the
+    float-activation recipes Lumen's side carries int8-activation noise: the bound is the dynamic
+    recipes' (measured partings: int8wo at margin 0.035; int4 at 0.82, 0.65, 0.20, 0.13)."""
     recipe = package["recipe"]
-    margin_tol = TOLERANCES[recipe][3]
+    margin_tol = GREEDY_PACKAGE_MARGIN[recipe]
     exact, near_ties = 0, []
     for k, case in enumerate(golden["cases"]):
         cp = run_lumen("run", *_package_args(package), "--tokens", tokens_arg(case["ids"]), "-n", GREEDY_N)
