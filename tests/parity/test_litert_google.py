@@ -151,7 +151,7 @@ def test_reference_is_sane(package, golden):
         assert lg.shape == (len(case["ids"]), 262144), lg.shape
         assert np.isfinite(lg).all()
         assert lg.std() > 1.0, "reference logits are flat"
-        assert case["litert_lm_text"].strip(), f"litert-lm produced no text for {case['prompt']!r}"
+        assert case["litert_lm_text"], f"litert-lm produced no text for {case['prompt']!r}"
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -202,7 +202,10 @@ def test_logits_gguf_path(package, golden, package_gguf, work):
                "max_abs_over_scale": worst_abs, "positions": int(kl.size),
                "control_kl_mean": float(control_kl.mean()), "package_build_seconds": package["build_seconds"]}
     record("litert_google", f"{recipe}_logits_gguf_path", figures)
-    assert figures["kl_mean"] < figures["control_kl_mean"], figures
+    if recipe == "f32":  # the package holds the source's own (dequantized) weights: the control is the same model
+        assert figures["kl_mean"] <= figures["control_kl_mean"] + 1e-9, figures
+    else:
+        assert figures["kl_mean"] < figures["control_kl_mean"], figures
     assert figures["kl_mean"] <= kl_mean_tol, figures
     assert figures["kl_max"] <= kl_max_tol, figures
     assert figures["top1"] >= top1_tol, figures
@@ -215,7 +218,7 @@ def _detok(model: Path, ids) -> str:
         return ""
     cp = run_lumen("detokenize", "-m", model, tokens_arg(ids))
     assert cp.returncode == 0, describe(cp)
-    return cp.stdout.rstrip("\n")
+    return cp.stdout  # the text exactly as decoded: no newline added (a trailing "\n" is a token's)
 
 
 def test_greedy_gguf_path(package, golden, package_gguf, work):
