@@ -1,6 +1,7 @@
 #include "spec/litert_map.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -267,8 +268,9 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
   map.sha256 = formats::sha256_hex(text);
   if (j.contains("fixed_int4")) {
     const auto& f = j["fixed_int4"];
-    if (!f.is_object() || !f.contains("scale") || !f["scale"].is_number() || !(f["scale"].get<double>() > 0))
-      throw Error(path + ": `fixed_int4.scale` must be a positive number");
+    if (!f.is_object() || !f.contains("scale") || !f["scale"].is_number() || !(f["scale"].get<double>() > 0) ||
+        !(f["scale"].get<double>() <= 65504.0))  // an f16-range scale
+      throw Error(path + ": `fixed_int4.scale` must be a positive number (at most 65504)");
     const std::string storage = f.value("storage", std::string("offset_binary"));
     if (storage != "offset_binary" && storage != "twos_complement")
       throw Error(path + ": `fixed_int4.storage` is \"" + printable(storage) + "\" (offset_binary or twos_complement)");
