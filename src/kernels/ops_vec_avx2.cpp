@@ -6,28 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/exp_avx2.h"
 #include "kernels/ops.h"
 
 namespace lumen::kernels::detail {
 namespace {
-
-// e^x for x in [-87, 87] (as in ops_avx2.cpp): x = n ln2 + r, e^r by a degree-6 polynomial.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(87.0f)), _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 // tanh: an odd Taylor polynomial below |y| = 0.25 (where 1 - 2/(e^2y + 1) would cancel),
 // 1 - 2/(e^2|y| + 1) with the sign restored above. Relative error about 1e-6 (tests).
@@ -40,7 +23,7 @@ inline __m256 tanh8(__m256 y) {
   p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(2.0f / 15));
   p = _mm256_fmadd_ps(p, y2, _mm256_set1_ps(-1.0f / 3));
   const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, y2), y, y);
-  const __m256 e = exp8(_mm256_add_ps(a, a));
+  const __m256 e = exp_avx2(_mm256_add_ps(a, a));
   const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
                                    _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
   const __m256 big_signed = _mm256_or_ps(big, _mm256_and_ps(sign, y));

@@ -241,32 +241,9 @@ ModelSpec spec_from_gguf(const GgufFile& file) {
   }
 
   const std::vector<AttentionKind> kinds = layer_kinds(arch, n_layers);
-  for (int i = 0; i < n_layers; ++i) {
-    LayerSpec l;
-    l.kind = kinds[size_t(i)];
-    l.num_q_heads = n_heads;
-    l.num_kv_heads = n_kv_heads;
-    l.head_dim = head_dim;
-    l.window = l.kind == AttentionKind::Sliding ? window : 0;
-    l.k_eq_v = false;
-    l.q_norm = l.q_norm_weight = true;
-    l.k_norm = l.k_norm_weight = true;
-    l.v_norm = false;
-    l.has_layer_scalar = false;
-    l.missing_layer_scalar = 1.0f;
-    l.ffn_dim = ffn;
-    l.rope.type = "default";
-    l.rope.partial_factor = 1.0;
-    l.rope.freq_base_dim = head_dim;
-    if (l.kind == AttentionKind::Sliding) {
-      l.rope.theta = local_theta;
-      l.rope.scaling_factor = 1.0;
-    } else {
-      l.rope.theta = global_theta;
-      l.rope.scaling_factor = global_scaling;
-    }
-    spec.layers.push_back(l);
-  }
+  for (int i = 0; i < n_layers; ++i)
+    spec.layers.push_back(detail::gemma3_layer(kinds[size_t(i)], n_heads, n_kv_heads, head_dim, window, ffn, local_theta,
+                                               global_theta, global_scaling));
   detail::validate_spec(spec);
   return spec;
 }

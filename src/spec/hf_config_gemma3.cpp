@@ -108,27 +108,9 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
   }
   if (spec.vocab_size > 106) spec.tokens.stop.push_back(106);  // <end_of_turn> of Gemma 3's vocabulary
   spec.chat_template = "gemma3";
-  for (int i = 0; i < n_layers; ++i) {
-    LayerSpec l;
-    l.kind = kinds[size_t(i)];
-    l.num_q_heads = heads;
-    l.num_kv_heads = kv_heads;
-    l.head_dim = head_dim;
-    l.window = l.kind == AttentionKind::Sliding ? window : 0;
-    l.k_eq_v = false;
-    l.q_norm = l.q_norm_weight = true;
-    l.k_norm = l.k_norm_weight = true;
-    l.v_norm = false;
-    l.has_layer_scalar = false;
-    l.missing_layer_scalar = 1.0f;
-    l.ffn_dim = ffn;
-    l.rope.type = "default";
-    l.rope.partial_factor = 1.0;
-    l.rope.freq_base_dim = head_dim;
-    l.rope.theta = l.kind == AttentionKind::Sliding ? local_theta : global_theta;
-    l.rope.scaling_factor = l.kind == AttentionKind::Sliding ? 1.0 : scaling;
-    spec.layers.push_back(l);
-  }
+  for (int i = 0; i < n_layers; ++i)
+    spec.layers.push_back(detail::gemma3_layer(kinds[size_t(i)], heads, kv_heads, head_dim, window, ffn, local_theta,
+                                               global_theta, scaling));
   detail::validate_spec(spec);
   return spec;
 }

@@ -592,4 +592,28 @@ std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec) {
   return out;
 }
 
+LayerSpec detail::gemma3_layer(AttentionKind kind, int num_q_heads, int num_kv_heads, int head_dim, int window, int ffn_dim,
+                               double local_theta, double global_theta, double global_scaling) {
+  const bool sliding = kind == AttentionKind::Sliding;
+  LayerSpec l;
+  l.kind = kind;
+  l.num_q_heads = num_q_heads;
+  l.num_kv_heads = num_kv_heads;
+  l.head_dim = head_dim;
+  l.window = sliding ? window : 0;
+  l.k_eq_v = false;
+  l.q_norm = l.q_norm_weight = true;
+  l.k_norm = l.k_norm_weight = true;
+  l.v_norm = false;
+  l.has_layer_scalar = false;
+  l.missing_layer_scalar = 1.0f;
+  l.ffn_dim = ffn_dim;
+  l.rope.type = "default";
+  l.rope.partial_factor = 1.0;
+  l.rope.freq_base_dim = head_dim;
+  l.rope.theta = sliding ? local_theta : global_theta;
+  l.rope.scaling_factor = sliding ? 1.0 : global_scaling;
+  return l;
+}
+
 }  // namespace lumen::spec

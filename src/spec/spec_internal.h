@@ -104,4 +104,10 @@ std::string rope_type_for(double partial_factor, int freq_base_dim, int head_dim
 // notes (and unreachable stop ids are dropped), as transformers only warns about them.
 void validate_spec(ModelSpec& spec);
 
+// One Gemma 3 layer (GGUF and HF config alike): q/k norms with gains, no v norm, no layer
+// scalar, full RoPE; sliding layers use the local theta and no scaling, full layers the
+// global theta and `global_scaling`.
+LayerSpec gemma3_layer(AttentionKind kind, int num_q_heads, int num_kv_heads, int head_dim, int window, int ffn_dim,
+                       double local_theta, double global_theta, double global_scaling);
+
 }  // namespace lumen::spec::detail
