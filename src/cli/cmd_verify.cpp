@@ -43,7 +43,6 @@ struct VerifyOptions {
   bool list_constants = false;
 };
 
-std::string layer_role(int layer, const std::string& role);
 
 // `verify PACKAGE --constants`: the constant table (what a map file refers to) and its hash,
 // with the (layer, role) the name rules (or --map) give each constant.
@@ -54,7 +53,7 @@ int list_constants(const VerifyOptions& o) {
   std::map<size_t, std::string> mapped;
   for (const auto& e : map.entries) {
     auto& text = mapped[e.constant];
-    text += (text.empty() ? "" : ", ") + layer_role(e.layer, e.role);
+    text += (text.empty() ? "" : ", ") + spec::layer_role_text(e.layer, e.role);
   }
   fmt::print("# package_tensor_table_sha256 {}\n# index\ttype\tshape\tmaps to ({})\tname\n", pc.table_sha256,
              map.kind == "file" ? map.path : std::string("name rules"));
@@ -118,9 +117,6 @@ Compared compare(const float* a, const std::vector<float>& b) {
   return c;
 }
 
-std::string layer_role(int layer, const std::string& role) {
-  return layer >= 0 ? "layer " + std::to_string(layer) + " " + role : role;
-}
 
 std::string hash_source(const std::string& dir) {
   std::vector<fs::path> files;
@@ -230,7 +226,7 @@ int verify(const VerifyOptions& o) {
       if (!s || s->shape != t.shape) {
         const std::string why = !s ? "the source has no tensor " + t.name
                                    : "the source's " + t.name + " is " + formats::shape_to_string(s->shape);
-        faults.push_back(layer_role(t.layer, t.role) + ": " + why);
+        faults.push_back(spec::layer_role_text(t.layer, t.role) + ": " + why);
         row["match"] = false;
         row["problem"] = why;
         tensors.push_back(row);
@@ -261,22 +257,15 @@ int verify(const VerifyOptions& o) {
     std::string holds;
     for (const auto& want : expected) {
       if (want.name == m.t.name || want.shape != m.t.shape) continue;
-      int layer = -1;
-      std::string role = want.name;
-      if (want.name.rfind("layers.", 0) == 0) {
-        const size_t dot = want.name.find('.', 7);
-        layer = std::stoi(want.name.substr(7, dot - 7));
-        role = want.name.substr(dot + 1);
-        if (role.size() > 7 && role.compare(role.size() - 7, 7, ".weight") == 0) role.resize(role.size() - 7);
-      }
+      const auto [layer, role, transform] = spec::role_of_tensor_name(want.name);
       if (layer != m.t.layer && role != m.t.role) continue;
       if (layer >= 0 && m.t.layer >= 0 && std::abs(layer - m.t.layer) > 3) continue;
       if (matches_source(m.t, want.name)) {
-        holds = layer_role(layer, role);
+        holds = spec::layer_role_text(layer, role);
         break;
       }
     }
-    const std::string what = layer_role(m.t.layer, m.t.role) + ": " + pc.constants[m.t.constant].describe() +
+    const std::string what = spec::layer_role_text(m.t.layer, m.t.role) + ": " + pc.constants[m.t.constant].describe() +
                              " does not match the source" +
                              (holds.empty() ? std::string() : "; it holds source " + holds);
     if (!holds.empty()) tensors[m.row]["holds_source"] = holds;

@@ -244,9 +244,6 @@ LitertTensor pack(const Rows& rows, int64_t first, int64_t count, LitertTarget t
   return t;
 }
 
-std::string layer_role_text(int layer, const std::string& role) {
-  return layer >= 0 ? "layer " + std::to_string(layer) + " " + role : role;
-}
 
 }  // namespace
 
@@ -259,7 +256,7 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
   std::map<std::string, std::vector<int64_t>> expected;
   for (const auto& t : spec::expected_tensors(spec)) expected.emplace(t.name, t.shape);
   if (e.layer >= spec.num_layers())
-    throw Error(at + ": maps to " + layer_role_text(e.layer, e.role) + " but the model has " +
+    throw Error(at + ": maps to " + spec::layer_role_text(e.layer, e.role) + " but the model has " +
                 std::to_string(spec.num_layers()) + " layers");
 
   std::vector<std::pair<std::string, int64_t>> parts;  // (role, rows) in storage order
@@ -274,7 +271,7 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
     const std::string name = spec::checkpoint_name(e.layer, e.role);
     auto it = expected.find(name);
     if (it == expected.end())
-      throw Error(at + ": maps to " + layer_role_text(e.layer, e.role) + ", which the model spec does not have");
+      throw Error(at + ": maps to " + spec::layer_role_text(e.layer, e.role) + ", which the model spec does not have");
     const auto& shape = it->second;
     parts = {{e.role, shape.size() == 2 ? shape[0] : 1}};
     cols = shape.size() == 2 ? shape[1] : shape[0];
@@ -288,7 +285,7 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
                          expected[spec::checkpoint_name(e.layer, e.role)].size() == 1;
   const std::vector<int64_t> want = is_vector ? std::vector<int64_t>{cols} : std::vector<int64_t>{total_rows, cols};
   if (have != want)
-    throw Error(at + ": maps to " + layer_role_text(e.layer, e.role) + ", which the model spec needs as " +
+    throw Error(at + ": maps to " + spec::layer_role_text(e.layer, e.role) + ", which the model spec needs as " +
                 formats::shape_to_string(want));
 
   const Rows rows = decode_rows(pc, c, map, is_vector ? 1 : total_rows, cols, target);
@@ -348,15 +345,8 @@ ModelWeights bind_litert_weights(const spec::ModelSpec& spec, const spec::Packag
                   "; the package's constants cover " + cover + "); `lumen verify` tells which source layer lacks a group");
   for (const auto& want : spec::expected_tensors(spec)) {
     if (provided.count(want.name)) continue;
-    int layer = -1;
-    std::string role = want.name;
-    if (want.name.rfind("layers.", 0) == 0) {
-      const size_t dot = want.name.find('.', 7);
-      layer = std::stoi(want.name.substr(7, dot - 7));
-      role = want.name.substr(dot + 1);
-    }
-    if (role.size() > 7 && role.compare(role.size() - 7, 7, ".weight") == 0) role.resize(role.size() - 7);
-    throw Error(pc.package + ": no constant maps to " + layer_role_text(layer, role) + " (mapped by " + how +
+    const spec::NamedRole missing = spec::role_of_tensor_name(want.name);
+    throw Error(pc.package + ": no constant maps to " + spec::layer_role_text(missing.layer, missing.role) + " (mapped by " + how +
                 "; the package's constants cover " + cover + "); `lumen verify` tells which source layer lacks a group");
   }
   std::vector<LitertTensor> tensors;
@@ -367,7 +357,7 @@ ModelWeights bind_litert_weights(const spec::ModelSpec& spec, const spec::Packag
       if (!fresh)
         throw Error(pc.package + ": " + pc.constants[t.constant].describe() + " and " +
                     pc.constants[tensors[it->second].constant].describe() + " both give " +
-                    layer_role_text(t.layer, t.role));
+                    spec::layer_role_text(t.layer, t.role));
       tensors.push_back(std::move(t));
     }
   }

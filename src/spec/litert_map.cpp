@@ -154,6 +154,23 @@ const char* transform_name(MapTransform t) {
 bool is_layer_role(std::string_view role) { return layer_roles().count(role) > 0; }
 bool is_global_role(std::string_view role) { return global_roles().count(role) > 0; }
 
+NamedRole role_of_tensor_name(const std::string& name) {
+  NamedRole out;
+  out.role = name;
+  if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    out.layer = std::stoi(name.substr(7, dot - 7));
+    out.role = name.substr(dot + 1);
+  }
+  const std::string_view suffix = ".weight";
+  if (out.role.size() > suffix.size() && out.role.ends_with(suffix)) out.role.resize(out.role.size() - suffix.size());
+  return out;
+}
+
+std::string layer_role_text(int layer, const std::string& role) {
+  return layer >= 0 ? "layer " + std::to_string(layer) + " " + role : role;
+}
+
 std::optional<NamedRole> role_from_name(std::string_view full) {
   // ';'-joined names (several module paths fused into one constant): the first part that is a
   // recognised tensor name decides.

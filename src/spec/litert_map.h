@@ -114,6 +114,13 @@ struct NamedRole {
 };
 std::optional<NamedRole> role_from_name(std::string_view name);
 
+// The (layer, role) of one of the model's own tensor names (expected_tensors):
+// "layers.3.self_attn.q_proj.weight" → 3, "self_attn.q_proj"; "embed_tokens.weight" → -1, "embed_tokens".
+NamedRole role_of_tensor_name(const std::string& name);
+
+// "layer 3 self_attn.q_proj", or the role alone for a tensor outside the layers.
+std::string layer_role_text(int layer, const std::string& role);
+
 // Roles a layer / the model may carry (checkpoint names), plus the fused "self_attn.qkv_proj".
 bool is_layer_role(std::string_view role);
 bool is_global_role(std::string_view role);
