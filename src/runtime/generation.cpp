@@ -1,6 +1,10 @@
 #include "runtime/generation.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
 
 #include "base/error.h"
 #include "tokenizer/tokenizer.h"
@@ -13,6 +17,7 @@ const char* finish_reason_name(FinishReason reason) {
     case FinishReason::Stop: return "stop";
     case FinishReason::Length: return "length";
     case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::DeadEnd: return "grammar_dead_end";
   }
   return "none";
 }
@@ -20,7 +25,10 @@ const char* finish_reason_name(FinishReason reason) {
 struct Generation::State {
   State(GenerationRequest r, const tokenizer::Tokenizer& t, int32_t vocab)
       : request(std::move(r)), tokenizer(t), sampler(request.sampling, vocab), vocab_size(vocab),
-        decoder(t, request.skip_special) {}
+        decoder(t, request.skip_special) {
+    if (request.grammar) matcher.emplace(request.grammar, request.stop_tokens);
+    triggered = request.grammar_trigger < 0;
+  }
 
   GenerationRequest request;
   const tokenizer::Tokenizer& tokenizer;
@@ -32,6 +40,41 @@ struct Generation::State {
   std::string held;  // decoded but not final: it could still be the start of a stop string
   FinishReason reason = FinishReason::None;
   int32_t next = -1;
+  std::optional<GrammarMatcher> matcher;
+  bool triggered = true;  // the grammar is in force (no trigger, or the trigger was sampled)
+  std::vector<uint64_t> mask;
+  bool mask_ready = false, mask_any = true;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<float> raw;  // the logits as the model gave them (log-probabilities)
+
+  void prepare_mask() {
+    if (!matcher || !triggered || mask_ready) return;
+    mask_any = matcher->compute_mask(mask);
+    mask_ready = true;
+  }
+
+  void record_logprob(int32_t id) {
+    // log-softmax of the raw logits: max, then log-sum-exp.
+    const size_t V = raw.size();
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float x : raw) mx = std::max(mx, x);
+    double sum = 0;
+    for (float x : raw) sum += std::exp(double(x - mx));
+    const float lse = mx + float(std::log(sum));
+    TokenLogprob lp;
+    lp.id = id;
+    lp.logprob = raw[size_t(id)] - lse;
+    const int k = std::min<int>(request.top_logprobs, int(V));
+    if (k > 0) {
+      std::vector<int32_t> idx(V);
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+        return raw[size_t(a)] != raw[size_t(b)] ? raw[size_t(a)] > raw[size_t(b)] : a < b;
+      });
+      for (int i = 0; i < k; ++i) lp.top.push_back({idx[size_t(i)], raw[size_t(idx[size_t(i)])] - lse});
+    }
+    logprobs.push_back(std::move(lp));
+  }
 
   void finish(FinishReason r) {
     if (reason == FinishReason::None) reason = r;
@@ -88,9 +131,29 @@ Generation::Generation(GenerationRequest request, const tokenizer::Tokenizer& to
 std::string Generation::accept(std::span<float> logits) {
   State& s = *state_;
   if (s.reason != FinishReason::None) throw Error("generation: accept() called after the generation finished");
+  if (s.request.top_logprobs >= 0) s.raw.assign(logits.begin(), logits.end());
+  if (s.matcher && s.triggered) {
+    s.prepare_mask();
+    s.mask_ready = false;
+    if (!s.mask_any) {
+      // Nothing in the vocabulary can continue the grammar: end here, saying so.
+      s.held += s.decoder.flush();
+      std::string out = s.release(true);
+      s.finish(FinishReason::DeadEnd);
+      return out;
+    }
+    apply_mask(logits, s.mask);
+  }
   const int32_t id = s.sampler.sample(logits, s.generated);
+  if (s.request.top_logprobs >= 0) s.record_logprob(id);
+  if (s.matcher) {
+    if (!s.triggered && id == s.request.grammar_trigger) s.triggered = true;
+    if (s.triggered && !s.matcher->advance(id))
+      throw Error("generation: sampled token " + std::to_string(id) + " is not allowed by the grammar");
+  }
   const auto& stops = s.request.stop_tokens;
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    if (s.request.top_logprobs >= 0) s.logprobs.pop_back();  // stop tokens are not part of the answer
     s.held += s.decoder.flush();
     std::string out = s.release(true);
     s.finish(FinishReason::Stop);
@@ -100,6 +163,12 @@ std::string Generation::accept(std::span<float> logits) {
   s.next = id;
   s.held += s.decoder.push(id);
   std::string out = s.release(false);
+  if (s.reason == FinishReason::None && s.matcher && s.triggered && s.matcher->must_end()) {
+    // The grammar is complete and nothing can follow: no need to wait for a stop token.
+    s.held += s.decoder.flush();
+    out += s.release(true);
+    s.finish(FinishReason::Stop);
+  }
   if (s.reason == FinishReason::None && int(s.generated.size()) >= s.request.max_tokens) {
     s.held += s.decoder.flush();
     out += s.release(true);
@@ -107,6 +176,10 @@ std::string Generation::accept(std::span<float> logits) {
   }
   return out;
 }
+
+void Generation::prepare_mask() { state_->prepare_mask(); }
+
+const std::vector<TokenLogprob>& Generation::logprobs() const { return state_->logprobs; }
 
 void Generation::cancel() {
   // Held-back text is dropped: it was never final, and text() stays the concatenation of

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <future>
 
 #include "kv/make_cache.h"
 
@@ -10,10 +11,17 @@ namespace lumen::runtime {
 // ------------------------------------------------------------------------------- Ticket
 
 bool Ticket::wait(std::chrono::milliseconds timeout, std::string& text) {
+  std::vector<TokenLogprob> ignored;
+  return wait(timeout, text, ignored);
+}
+
+bool Ticket::wait(std::chrono::milliseconds timeout, std::string& text, std::vector<TokenLogprob>& logprobs) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return done_ || !pending_.empty(); });
+  changed_.wait_for(lock, timeout, [&] { return done_ || !pending_.empty() || !pending_logprobs_.empty(); });
   text += pending_;
   pending_.clear();
+  logprobs.insert(logprobs.end(), pending_logprobs_.begin(), pending_logprobs_.end());
+  pending_logprobs_.clear();
   return done_;
 }
 
@@ -39,11 +47,12 @@ int Ticket::completion_tokens() const {
   return completion_tokens_;
 }
 
-void Ticket::push(const std::string& text) {
-  if (text.empty()) return;
+void Ticket::push(const std::string& text, std::span<const TokenLogprob> logprobs) {
+  if (text.empty() && logprobs.empty()) return;
   {
     std::lock_guard lock(mutex_);
     pending_ += text;
+    pending_logprobs_.insert(pending_logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   changed_.notify_all();
 }
@@ -72,6 +81,7 @@ struct Scheduler::Active {
   std::unique_ptr<model::SequenceKv> cache;
   size_t prompt_done = 0;  // prompt rows already run
   int32_t next_pos = 0;    // position of the next row
+  size_t logprobs_sent = 0;  // generation->logprobs() already pushed to the ticket
 
   Active(Pending&& p, const spec::ModelSpec& spec, const kv::KvConfig& config)
       : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(kv::make_cache(spec, config)) {}
@@ -207,11 +217,24 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   std::vector<float> logits;
   std::string failure;
   const auto t0 = std::chrono::steady_clock::now();
+  // Grammar masks of the sequences sampling this step are computed while the model runs.
+  std::future<void> masks;
+  if (std::any_of(logit_owner.begin(), logit_owner.end(), [&](size_t i) { return active[i]->generation->request().grammar != nullptr; }))
+    masks = std::async(std::launch::async, [&] {
+      for (size_t i : logit_owner) active[i]->generation->prepare_mask();
+    });
   if (!rows.empty()) {
     try {
       model_.forward(rows, caches, logits);
     } catch (const std::exception& e) {
       failure = e.what();
+    }
+  }
+  if (masks.valid()) {
+    try {
+      masks.get();
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -235,7 +258,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
         ++failed;
         continue;
       }
-      a.ticket->push(text);
+      const auto& lps = a.generation->logprobs();
+      a.ticket->push(text, std::span<const TokenLogprob>(lps).subspan(std::min(a.logprobs_sent, lps.size())));
+      a.logprobs_sent = lps.size();
       const bool out_of_context = max_positions > 0 && a.next_pos >= max_positions;
       if (a.generation->finished() || out_of_context) {
         FinishReason reason = a.generation->finish_reason();

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,8 @@ class Ticket {
   // Returns true when the generation is over (finished, cancelled or failed) and all its text
   // has been taken.
   bool wait(std::chrono::milliseconds timeout, std::string& text);
+  // The same, also moving the log-probabilities of the tokens that arrived (when asked for).
+  bool wait(std::chrono::milliseconds timeout, std::string& text, std::vector<TokenLogprob>& logprobs);
   // Asks the worker to drop the sequence at its next step (or before it starts).
   void cancel();
   bool cancel_requested() const { return cancel_requested_.load(); }
@@ -60,12 +63,13 @@ class Ticket {
 
  private:
   friend class Scheduler;
-  void push(const std::string& text);
+  void push(const std::string& text, std::span<const TokenLogprob> logprobs = {});
   void finish(FinishReason reason, int completion_tokens, std::string error = {});
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::string pending_;
+  std::vector<TokenLogprob> pending_logprobs_;
   bool done_ = false;
   FinishReason reason_ = FinishReason::None;
   std::string error_;

@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include <future>
+
 #include <algorithm>
 #include <chrono>
 
@@ -93,7 +95,11 @@ GenerationResult Session::generate(const GenerationRequest& request,
       break;
     }
     const model::BatchRow row{0, int32_t(tokens_.size()), gen.next_input(), true};
+    // A grammar's mask for the next token is computed while the model runs this step.
+    std::future<void> mask;
+    if (gen.request().grammar) mask = std::async(std::launch::async, [&gen] { gen.prepare_mask(); });
     model_.forward(std::span(&row, 1), caches, logits_);
+    if (mask.valid()) mask.get();
     tokens_.push_back(row.token);
     ++result.decode_steps;
     logits = std::span<float>(logits_.data(), size_t(V));
