@@ -2,6 +2,8 @@
 // lumen run -m MODEL --tokens 2,105,9 -n 32: the greedy continuation of token ids, as a JSON
 // array (what the parity tests compare).
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -14,7 +16,11 @@
 #include "cli/model_flags.h"
 #include "cli/text_options.h"
 #include "runtime/engine.h"
+#include <nlohmann/json.hpp>
+
+#include "runtime/json_schema.h"
 #include "runtime/session.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/chat_format.h"
 
 namespace {
@@ -25,6 +31,7 @@ struct RunOptions {
   std::optional<std::string> prompt, system;
   std::optional<int> n;
   std::vector<std::string> stops;
+  std::string json_schema_file, grammar_file;
   bool raw = false, think = false, verbose = false;
   lumen::cli::SamplingFlags sampling;
   lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings
@@ -76,6 +83,29 @@ int run_prompt(const RunOptions& o) {
   for (int32_t id : engine->run_config().stop_tokens)
     if (std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) == req.stop_tokens.end()) req.stop_tokens.push_back(id);
 
+  if (!o.json_schema_file.empty() || !o.grammar_file.empty()) {
+    // The answer is held to the grammar; a file that cannot be compiled is one error line.
+    const bool schema = !o.json_schema_file.empty();
+    const std::string path = schema ? o.json_schema_file : o.grammar_file;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open");
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    runtime::GrammarSource source;
+    try {
+      if (schema) {
+        const auto doc = nlohmann::ordered_json::parse(text, nullptr, false);
+        if (doc.is_discarded()) throw Error("not valid JSON");
+        source = runtime::json_schema_grammar(doc);
+      } else {
+        source = runtime::parse_gbnf(text);
+      }
+      req.grammar = std::make_shared<runtime::CompiledGrammar>(runtime::lower(source),
+                                                               std::make_shared<runtime::TokenTrie>(tok));
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+  }
+
   runtime::Session session(*engine);
   cli::InterruptGuard interrupt;
   cli::InterruptGuard::generating = true;
@@ -90,6 +120,8 @@ int run_prompt(const RunOptions& o) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (o.verbose) fmt::print(stderr, "lumen: {}\n", cli::stats_line(result));
+  if (result.finish == runtime::FinishReason::DeadEnd)
+    fmt::print(stderr, "lumen: the grammar allows no token of the vocabulary here: the answer ends (grammar_dead_end)\n");
   return result.finish == runtime::FinishReason::Cancelled ? 130 : 0;
 }
 
@@ -105,6 +137,9 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
   cmd->add_flag("--raw", o->raw, "Plain completion: no chat template");
   cmd->add_option("--stop", o->stops, "Stop when this text appears (repeatable; \\n and \\t understood); it is not printed");
   cmd->add_flag("--think", o->think, "Let the model think first (Gemma 4 thinking mode)");
+  cmd->add_option("--json-schema", o->json_schema_file, "Answer with JSON that validates against this JSON Schema file");
+  cmd->add_option("--grammar", o->grammar_file, "Answer in the language of this GBNF grammar file (llama.cpp syntax)")
+      ->excludes("--json-schema");
   cmd->add_flag("-v,--verbose", o->verbose, "Print speed figures to stderr");
   cmd->add_flag("--allow-unverified", o->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
@@ -115,7 +150,7 @@ LUMEN_COMMAND(10, [](CLI::App& app) {
     if (o->prompt) return run_prompt(*o);
     if (o->tokens.empty()) throw lumen::Error("run: give a prompt (-p TEXT) or token ids (--tokens 2,105,9)");
     // --tokens is the exact greedy reference of the parity tests: text options make no sense.
-    for (const char* flag : {"--system", "--raw", "--stop", "--think", "--temp", "--top-k", "--top-p", "--min-p",
+    for (const char* flag : {"--system", "--raw", "--stop", "--think", "--json-schema", "--grammar", "--temp", "--top-k", "--top-p", "--min-p",
                              "--seed", "--repeat-penalty", "--presence-penalty", "--frequency-penalty"})
       if (cmd->count(flag) > 0) throw lumen::Error(std::string(flag) + ": only with -p (--tokens decodes greedily)");
     return run_tokens(*o);

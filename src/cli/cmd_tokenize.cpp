@@ -32,21 +32,46 @@ std::string read_file(const std::string& path) {
   return buffer.str();
 }
 
-std::vector<lumen::tokenizer::ChatMessage> read_messages(const std::string& path) {
+// A JSON list of messages, or {"messages": [...], "tools": [...]} (the tools then go to
+// *tools). Messages as transformers' chat templates take them: role, content (string or
+// null), tool_calls [{id, function: {name, arguments}}], tool_call_id, name, reasoning_content.
+std::vector<lumen::tokenizer::ChatMessage> read_messages(const std::string& path, std::vector<nlohmann::json>* tools) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(read_file(path));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
+  if (doc.is_object() && doc.contains("tools") && tools)
+    for (const auto& t : doc["tools"]) tools->push_back(t);
   if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
   if (!doc.is_array()) throw Error(path + ": expected a list of {\"role\", \"content\"} messages");
   std::vector<lumen::tokenizer::ChatMessage> messages;
   for (size_t i = 0; i < doc.size(); ++i) {
     const auto& m = doc[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
-      throw Error(path + ": message " + std::to_string(i) + ": expected {\"role\": string, \"content\": string}");
-    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const auto bad = [&] {
+      return Error(path + ": message " + std::to_string(i) + ": expected {\"role\": string, \"content\": string}");
+    };
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad();
+    lumen::tokenizer::ChatMessage msg;
+    msg.role = m["role"].get<std::string>();
+    const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array();
+    if (m.contains("content") && m["content"].is_string()) msg.content = m["content"].get<std::string>();
+    else if (!(calls && (!m.contains("content") || m["content"].is_null()))) throw bad();
+    if (calls)
+      for (const auto& c : m["tool_calls"]) {
+        lumen::tokenizer::ToolCall call;
+        const auto& f = c.contains("function") ? c["function"] : c;
+        call.name = f.value("name", std::string());
+        if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
+        if (f.contains("arguments")) call.arguments = f["arguments"];
+        msg.tool_calls.push_back(std::move(call));
+      }
+    if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    if (m.contains("name") && m["name"].is_string()) msg.name = m["name"].get<std::string>();
+    for (const char* key : {"reasoning_content", "reasoning"})
+      if (m.contains(key) && m[key].is_string()) msg.reasoning = m[key].get<std::string>();
+    messages.push_back(std::move(msg));
   }
   return messages;
 }
@@ -141,7 +166,8 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
     std::string input;
     if (*chat) {
       using namespace lumen::tokenizer;
-      const auto messages = read_messages(opts->chat);
+      std::vector<nlohmann::json> tools;
+      const auto messages = read_messages(opts->chat, &tools);
       ChatFormat format;
       if (opts->chat_format == "gemma4") format = ChatFormat::Gemma4;
       else if (opts->chat_format == "gemma3") format = ChatFormat::Gemma3;
@@ -153,6 +179,7 @@ LUMEN_COMMAND(30, [](CLI::App& app) {
       ChatOptions chat_options;
       chat_options.thinking = opts->thinking;
       chat_options.add_generation_prompt = !opts->no_generation_prompt;
+      chat_options.tools = tools;
       input = render_chat(format, messages, chat_options);
       if (opts->render_only) {
         std::cout << input << std::flush;

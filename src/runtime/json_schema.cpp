@@ -1,5 +1,6 @@
 #include "runtime/json_schema.h"
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <map>
@@ -9,7 +10,7 @@
 
 namespace lumen::runtime {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -394,11 +395,21 @@ class Compiler {
     }
     std::vector<std::pair<std::string, bool>> order;  // name, required
     std::vector<ExprPtr> kvs;
-    for (auto it = props->begin(); it != props->end(); ++it) {
+    std::vector<std::pair<std::string, const json*>> items;
+    for (auto it = props->begin(); it != props->end(); ++it) items.push_back({it.key(), &it.value()});
+    if (o_.sort_properties)
+      std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+        auto lower = [](std::string s) {
+          for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+          return s;
+        };
+        return lower(a.first) < lower(b.first);
+      });
+    for (const auto& [key, schema] : items) {
       const std::string name = rule_name("prop");
-      out_.add(name, value(it.value(), path + "/properties/" + escape_pointer(it.key())));
-      kvs.push_back(seq({key_expr(it.key()), ws(), literal(":"), ws(), ref(name)}));
-      order.push_back({it.key(), required.count(it.key()) > 0});
+      out_.add(name, value(*schema, path + "/properties/" + escape_pointer(key)));
+      kvs.push_back(seq({key_expr(key), ws(), literal(":"), ws(), ref(name)}));
+      order.push_back({key, required.count(key) > 0});
     }
     for (const auto& r : required)
       if (!props->contains(r))

@@ -35,15 +35,18 @@ enum class JsonDialect { Json, Gemma4Args };
 struct JsonGrammarOptions {
   JsonDialect dialect = JsonDialect::Json;
   int32_t quote_token = -1;  // Gemma4Args: the id of <|"|>
+  // Properties in Jinja's dictsort order (how Gemma 4's template writes arguments) instead
+  // of the schema's order.
+  bool sort_properties = false;
 };
 
 // Adds the rules of `schema` to `out` (names prefixed by `prefix`) and returns the expression
 // of one value. Throws SchemaError.
-ExprPtr add_json_schema(GrammarSource& out, const nlohmann::json& schema, const std::string& prefix,
+ExprPtr add_json_schema(GrammarSource& out, const nlohmann::ordered_json& schema, const std::string& prefix,
                         const JsonGrammarOptions& options = {});
 
 // A whole grammar: root ::= value (Json: optional single spaces around it).
-GrammarSource json_schema_grammar(const nlohmann::json& schema, const JsonGrammarOptions& options = {});
+GrammarSource json_schema_grammar(const nlohmann::ordered_json& schema, const JsonGrammarOptions& options = {});
 // Any JSON object (response_format json_object).
 GrammarSource json_object_grammar();
 

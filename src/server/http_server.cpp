@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include <httplib.h>
 
 #include "base/error.h"
+#include "runtime/json_schema.h"
 #include "runtime/scheduler.h"
+#include "runtime/tool_grammar.h"
 #include "server/chat_page.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
@@ -47,7 +52,9 @@ bool same_secret(const std::string& a, const std::string& b) {
 }
 
 const char* finish_name(runtime::FinishReason reason) {
-  return reason == runtime::FinishReason::Length ? "length" : "stop";
+  if (reason == runtime::FinishReason::Length) return "length";
+  if (reason == runtime::FinishReason::DeadEnd) return "grammar_dead_end";
+  return "stop";
 }
 
 }  // namespace
@@ -65,6 +72,12 @@ struct Server::Impl {
   httplib::Server http;
   std::mutex rng_mutex;
   std::mt19937_64 rng{std::random_device{}()};
+  // Constrained decoding: the vocabulary trie (built on first use) and recently compiled
+  // grammars by their source, so a schema sent again costs nothing.
+  std::mutex grammar_mutex;
+  std::shared_ptr<const runtime::TokenTrie> trie;
+  std::map<std::string, std::shared_ptr<runtime::CompiledGrammar>> grammars;
+  std::deque<std::string> grammar_order;
 
   Impl(ServerOptions o, const spec::ModelSpec& s, const tokenizer::Tokenizer& t, runtime::Scheduler& sch)
       : options(std::move(o)), spec(s), tokenizer(t), scheduler(sch) {
@@ -182,7 +195,9 @@ struct Server::Impl {
     std::vector<int32_t> prompt;
     try {
       if (api.chat) {
-        const std::string text = tokenizer::render_chat(chat_format, api.messages);
+        tokenizer::ChatOptions chat_options;
+        for (const auto& t : api.tools) chat_options.tools.push_back(nlohmann::json::parse(t.dump()));
+        const std::string text = tokenizer::render_chat(chat_format, api.messages, chat_options);
         prompt = tokenizer.encode(text, /*parse_special=*/true);
       } else if (api.prompt_is_ids) {
         for (int32_t id : api.prompt_ids)
@@ -218,27 +233,120 @@ struct Server::Impl {
     g.max_tokens = std::min(api.max_tokens.value_or(room), room);
     g.stop_tokens = api.chat ? chat_stop_tokens : text_stop_tokens;
     g.stop_strings = api.stop;
+    g.top_logprobs = api.top_logprobs;
+    constrain(api, g);
     return g;
+  }
+
+  bool tools_on(const ApiRequest& api) const { return api.chat && !api.tools.empty() && api.tool_choice != "none"; }
+
+  // The grammar of the request, if any (tools, response_format, GBNF); 400 naming the
+  // schema path or grammar line for what cannot be compiled.
+  void constrain(const ApiRequest& api, runtime::GenerationRequest& g) {
+    runtime::GrammarSource source;
+    std::string key, param;
+    try {
+      if (tools_on(api)) {
+        param = "tools";
+        for (int32_t id : tokenizer::tool_stop_tokens(chat_format, tokenizer)) g.stop_tokens.push_back(id);
+        // The parser needs the format's special tokens in the text.
+        if (chat_format == tokenizer::ChatFormat::Gemma4) g.skip_special = false;
+        const bool required = api.tool_choice == "required" || api.tool_choice == "function";
+        auto tg = runtime::tool_call_grammar(chat_format, api.tools, api.tool_choice_name, api.parallel_tool_calls,
+                                             required, tokenizer);
+        if (tg.source.rules.empty()) return;
+        g.grammar_trigger = tg.trigger;
+        source = std::move(tg.source);
+        nlohmann::ordered_json k = {{"tools", api.tools}, {"name", api.tool_choice_name},
+                                    {"parallel", api.parallel_tool_calls}, {"required", required}};
+        key = "tools " + k.dump();
+      } else if (api.json_schema) {
+        param = "response_format";
+        key = "schema " + api.json_schema->dump();
+        source = runtime::json_schema_grammar(*api.json_schema);
+      } else if (api.json_object) {
+        param = "response_format";
+        key = "json_object";
+        source = runtime::json_object_grammar();
+      } else if (!api.grammar.empty()) {
+        param = "grammar";
+        key = "gbnf " + api.grammar;
+        source = runtime::parse_gbnf(api.grammar);
+      } else {
+        return;
+      }
+      g.grammar = compiled(key, source);
+    } catch (const runtime::SchemaError& e) {
+      throw ApiError(400, printable(e.what()), param, "invalid_schema");
+    } catch (const Error& e) {
+      throw ApiError(400, printable(e.what()), param, param == "grammar" ? "invalid_grammar" : "invalid_schema");
+    }
+  }
+
+  std::shared_ptr<runtime::CompiledGrammar> compiled(const std::string& key, const runtime::GrammarSource& source) {
+    std::lock_guard lock(grammar_mutex);
+    if (auto it = grammars.find(key); it != grammars.end()) return it->second;
+    if (!trie) trie = std::make_shared<runtime::TokenTrie>(tokenizer);
+    auto grammar = std::make_shared<runtime::CompiledGrammar>(runtime::lower(source), trie);
+    grammars[key] = grammar;
+    grammar_order.push_back(key);
+    if (grammar_order.size() > 64) {
+      grammars.erase(grammar_order.front());
+      grammar_order.pop_front();
+    }
+    return grammar;
+  }
+
+  // Log-probabilities as (token text, logprob) and alternatives, for the response shapes.
+  void logprob_lists(const std::vector<runtime::TokenLogprob>& lps, std::vector<std::pair<std::string, float>>& tokens,
+                     std::vector<std::vector<std::pair<std::string, float>>>& top) const {
+    for (const auto& lp : lps) {
+      tokens.push_back({tokenizer.token_bytes(lp.id), lp.logprob});
+      std::vector<std::pair<std::string, float>> alts;
+      for (const auto& [id, v] : lp.top) alts.push_back({tokenizer.token_bytes(id), v});
+      top.push_back(std::move(alts));
+    }
+  }
+
+  nlohmann::json logprobs_json(bool chat, const std::vector<runtime::TokenLogprob>& lps, size_t offset) const {
+    std::vector<std::pair<std::string, float>> tokens;
+    std::vector<std::vector<std::pair<std::string, float>>> top;
+    logprob_lists(lps, tokens, top);
+    return chat ? chat_logprobs(tokens, top) : completion_logprobs(tokens, top, offset);
+  }
+
+  nlohmann::json call_json(const tokenizer::ToolCall& call, int index, bool with_index) {
+    json j = {{"id", new_id("call_")}, {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments.dump(-1, ' ', false, json::error_handler_t::replace)}}}};
+    if (with_index) j["index"] = index;
+    return j;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     ApiRequest api;
-    std::shared_ptr<runtime::Ticket> ticket;
+    std::vector<std::shared_ptr<runtime::Ticket>> tickets;
     int prompt_tokens = 0;
     try {
       api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
       runtime::GenerationRequest g = prepare(api);
       prompt_tokens = int(g.prompt.size());
-      try {
-        ticket = scheduler.submit(std::move(g));
-      } catch (const Error& e) {  // a sampling parameter the sampler refuses
-        throw ApiError(400, printable(e.what()), "", "invalid_value");
-      }
-      if (!ticket) {
-        res.set_header("Retry-After", "1");
-        throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
-                                " requests are already waiting; retry later",
-                       "", "queue_full", "rate_limit_error");
+      for (int i = 0; i < api.n; ++i) {
+        runtime::GenerationRequest gi = g;
+        gi.sampling.seed = g.sampling.seed + uint64_t(i);  // choices differ, and each is reproducible
+        std::shared_ptr<runtime::Ticket> ticket;
+        try {
+          ticket = scheduler.submit(std::move(gi));
+        } catch (const Error& e) {  // a sampling parameter the sampler refuses
+          throw ApiError(400, printable(e.what()), "", "invalid_value");
+        }
+        if (!ticket) {
+          for (auto& t : tickets) t->cancel();
+          res.set_header("Retry-After", "1");
+          throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
+                                  " requests are already waiting; retry later",
+                         "", "queue_full", "rate_limit_error");
+        }
+        tickets.push_back(std::move(ticket));
       }
     } catch (const ApiError& e) {
       return reply_error(res, e);
@@ -246,36 +354,96 @@ struct Server::Impl {
 
     const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = unix_time();
-    if (api.stream) return stream(res, std::move(ticket), chat, api.include_usage, id, created, prompt_tokens);
+    const bool parse_tools = tools_on(api);
+    if (api.stream)
+      return stream(res, std::move(tickets), chat, api.include_usage, id, created, prompt_tokens, parse_tools,
+                    api.top_logprobs >= 0);
 
-    std::string text;
-    while (!ticket->wait(std::chrono::milliseconds(500), text)) {
+    json choices = json::array();
+    Usage usage{prompt_tokens, 0};
+    for (size_t i = 0; i < tickets.size(); ++i) {
+      auto& ticket = tickets[i];
+      std::string text;
+      std::vector<runtime::TokenLogprob> lps;
+      while (!ticket->wait(std::chrono::milliseconds(500), text, lps)) {
+      }
+      if (!ticket->error().empty()) {
+        for (auto& t : tickets) t->cancel();
+        return reply_json(res, 500, error_body("generation failed: " + printable(ticket->error()), "server_error", "",
+                                               "generation_failed"));
+      }
+      usage.completion_tokens += ticket->completion_tokens();
+      std::string reason = finish_name(ticket->finish_reason());
+      const json logprobs = api.top_logprobs >= 0 ? logprobs_json(chat, lps, 0) : json(nullptr);
+      if (!chat) {
+        choices.push_back({{"index", i}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason}});
+        continue;
+      }
+      json message = {{"role", "assistant"}, {"content", text}};
+      if (parse_tools) {
+        tokenizer::ToolCallParser parser(chat_format);
+        std::string content;
+        json calls = json::array();
+        auto take = [&](std::vector<tokenizer::ToolCallParser::Event> events) {
+          for (auto& e : events) {
+            content += e.content;
+            if (e.call) calls.push_back(call_json(*e.call, int(calls.size()), false));
+          }
+        };
+        take(parser.feed(text));
+        take(parser.finish());
+        message["content"] = calls.empty() || !content.empty() ? json(content) : json(nullptr);
+        if (!calls.empty()) {
+          message["tool_calls"] = calls;
+          if (reason == "stop") reason = "tool_calls";
+        }
+      }
+      choices.push_back(chat_choice(int(i), message, logprobs, reason));
     }
-    if (!ticket->error().empty())
-      return reply_json(res, 500, error_body("generation failed: " + printable(ticket->error()), "server_error", "",
-                                             "generation_failed"));
-    const Usage usage{prompt_tokens, ticket->completion_tokens()};
     metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
-    const std::string reason = finish_name(ticket->finish_reason());
-    reply_json(res, 200, chat ? chat_completion(id, created, options.model_name, text, reason, usage)
-                              : text_completion(id, created, options.model_name, text, reason, usage));
+    json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                 {"model", options.model_name}, {"choices", choices}, {"usage", usage_json(usage)}};
+    reply_json(res, 200, body);
   }
 
-  struct StreamState {
+  struct StreamChoice {
     std::shared_ptr<runtime::Ticket> ticket;
-    bool chat = true, include_usage = false, started = false, over = false;
+    std::optional<tokenizer::ToolCallParser> parser;
+    int calls = 0;
+    bool done = false;
+    size_t text_offset = 0;
+  };
+
+  struct StreamState {
+    std::vector<StreamChoice> choices;
+    bool chat = true, include_usage = false, started = false, over = false, logprobs = false;
     std::string id;
     int64_t created = 0;
     int prompt_tokens = 0;
     Clock::time_point last_write = Clock::now();
   };
 
-  void stream(httplib::Response& res, std::shared_ptr<runtime::Ticket> ticket, bool chat, bool include_usage,
-              const std::string& id, int64_t created, int prompt_tokens) {
+  json stream_chunk(const StreamState& st, int index, const json& delta, const json& logprobs, const std::string& reason) {
+    json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", reason.empty() ? json(nullptr) : json(reason)}};
+    if (st.chat) choice["delta"] = delta;
+    else choice["text"] = delta.is_string() ? delta : json("");
+    return {{"id", st.id}, {"object", st.chat ? "chat.completion.chunk" : "text_completion"}, {"created", st.created},
+            {"model", options.model_name}, {"choices", json::array({choice})}};
+  }
+
+  void stream(httplib::Response& res, std::vector<std::shared_ptr<runtime::Ticket>> tickets, bool chat,
+              bool include_usage, const std::string& id, int64_t created, int prompt_tokens, bool parse_tools,
+              bool logprobs) {
     auto st = std::make_shared<StreamState>();
-    st->ticket = std::move(ticket);
+    for (auto& t : tickets) {
+      StreamChoice c;
+      c.ticket = std::move(t);
+      if (parse_tools) c.parser.emplace(chat_format);
+      st->choices.push_back(std::move(c));
+    }
     st->chat = chat;
     st->include_usage = include_usage;
+    st->logprobs = logprobs;
     st->id = id;
     st->created = created;
     st->prompt_tokens = prompt_tokens;
@@ -288,36 +456,79 @@ struct Server::Impl {
             st->last_write = Clock::now();
             return sink.write(data.data(), data.size());
           };
-          const std::string& model = options.model_name;
           if (!st->started) {
             st->started = true;
-            if (st->chat && !send(sse_event(chat_chunk(st->id, st->created, model,
-                                                       {{"role", "assistant"}, {"content", ""}}, ""))))
+            if (st->chat)
+              for (size_t i = 0; i < st->choices.size(); ++i)
+                if (!send(sse_event(stream_chunk(*st, int(i), {{"role", "assistant"}, {"content", ""}}, nullptr, ""))))
+                  return false;
+          }
+          bool all_done = true, wrote = false;
+          const auto wait = st->choices.size() > 1 ? std::chrono::milliseconds(20) : kPollInterval;
+          for (size_t i = 0; i < st->choices.size(); ++i) {
+            StreamChoice& c = st->choices[i];
+            if (c.done) continue;
+            std::string text;
+            std::vector<runtime::TokenLogprob> lps;
+            const bool done = c.ticket->wait(wait, text, lps);
+            const json lp = st->logprobs && !lps.empty() ? logprobs_json(st->chat, lps, c.text_offset) : json(nullptr);
+            c.text_offset += text.size();
+            std::vector<tokenizer::ToolCallParser::Event> events;
+            if (c.parser) {
+              events = c.parser->feed(text);
+              if (done) {
+                auto rest = c.parser->finish();
+                events.insert(events.end(), rest.begin(), rest.end());
+              }
+            } else if (!text.empty()) {
+              events.push_back({text, std::nullopt});
+            }
+            bool lp_sent = false;
+            for (auto& e : events) {
+              json delta;
+              if (e.call) {
+                delta = {{"tool_calls", json::array({call_json(*e.call, c.calls++, true)})}};
+              } else if (!e.content.empty()) {
+                delta = st->chat ? json{{"content", e.content}} : json(e.content);
+              } else {
+                continue;
+              }
+              if (!send(sse_event(stream_chunk(*st, int(i), delta, lp_sent ? json(nullptr) : lp, "")))) return false;
+              lp_sent = wrote = true;
+            }
+            if (!lp_sent && !lp.is_null()) {  // tokens whose text is held back still report their logprobs
+              if (!send(sse_event(stream_chunk(*st, int(i), st->chat ? json{{"content", ""}} : json(""), lp, ""))))
+                return false;
+              wrote = true;
+            }
+            if (!done) {
+              all_done = false;
+              continue;
+            }
+            c.done = true;
+            if (!c.ticket->error().empty()) continue;
+            std::string reason = finish_name(c.ticket->finish_reason());
+            if (c.calls > 0 && reason == "stop") reason = "tool_calls";
+            if (!send(sse_event(stream_chunk(*st, int(i), st->chat ? json::object() : json(""), nullptr, reason))))
               return false;
           }
-          std::string text;
-          const bool done = st->ticket->wait(kPollInterval, text);
-          if (!text.empty()) {
-            const json chunk = st->chat ? chat_chunk(st->id, st->created, model, {{"content", text}}, "")
-                                        : text_chunk(st->id, st->created, model, text, "");
-            if (!send(sse_event(chunk))) return false;  // the client went away: the releaser cancels
-          } else if (!done && Clock::now() - st->last_write >= kKeepAliveInterval) {
+          if (!wrote && !all_done && Clock::now() - st->last_write >= kKeepAliveInterval)
             if (!send(": keep-alive\n\n")) return false;
-          }
-          if (!done) return true;
+          if (!all_done) return true;
 
           st->over = true;
-          if (!st->ticket->error().empty()) {
-            send(sse_event(error_body("generation failed: " + printable(st->ticket->error()), "server_error", "",
-                                      "generation_failed")));
+          Usage usage{st->prompt_tokens, 0};
+          std::string error;
+          for (auto& c : st->choices) {
+            usage.completion_tokens += c.ticket->completion_tokens();
+            if (!c.ticket->error().empty()) error = c.ticket->error();
+          }
+          if (!error.empty()) {
+            send(sse_event(error_body("generation failed: " + printable(error), "server_error", "", "generation_failed")));
           } else {
-            const Usage usage{st->prompt_tokens, st->ticket->completion_tokens()};
             metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
-            const std::string reason = finish_name(st->ticket->finish_reason());
-            const json last = st->chat ? chat_chunk(st->id, st->created, model, json::object(), reason)
-                                       : text_chunk(st->id, st->created, model, "", reason);
-            if (!send(sse_event(last))) return false;
-            if (st->include_usage && !send(sse_event(usage_chunk(st->id, st->created, model, st->chat, usage))))
+            if (st->include_usage &&
+                !send(sse_event(usage_chunk(st->id, st->created, options.model_name, st->chat, usage))))
               return false;
           }
           send(kSseDone);
@@ -325,8 +536,9 @@ struct Server::Impl {
           return true;
         },
         [st](bool) {
-          // Runs when the response ends for any reason; a stream cut short frees its sequence.
-          if (!st->over) st->ticket->cancel();
+          // Runs when the response ends for any reason; a stream cut short frees its sequences.
+          if (!st->over)
+            for (auto& c : st->choices) c.ticket->cancel();
         });
   }
 };

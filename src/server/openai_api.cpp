@@ -1,6 +1,7 @@
 #include "server/openai_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -102,8 +103,7 @@ void parse_common(const json& root, ApiRequest& r) {
     if (!v->is_string()) wrong_type("model", "a string", *v);
     r.model = v->get<std::string>();
   }
-  if (field(root, "n") && integer_in(root, "n", 1, 128) != 1)
-    bad("n", "only n = 1 is supported", "unsupported_value");
+  if (field(root, "n")) r.n = int(integer_in(root, "n", 1, 16));
   if (field(root, "stream")) r.stream = boolean(root, "stream");
   if (auto* so = field(root, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
@@ -204,13 +204,124 @@ ApiRequest parse_chat_request(const std::string& body, const runtime::SamplingPa
     if (role == m.end() || !role->is_string()) bad(where + ".role", "'" + where + ".role' must be a string");
     std::string name = role->get<std::string>();
     if (name == "developer") name = "system";  // OpenAI's newer name for the system role
-    if (name != "system" && name != "user" && name != "assistant")
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool")
       bad(where + ".role", "'" + where + ".role': unknown role '" + shown(name) +
-                               "' (expected system, user or assistant)");
+                               "' (expected system, user, assistant or tool)");
+    tokenizer::ChatMessage msg;
+    msg.role = name;
     auto content = m.find("content");
-    if (content == m.end() || content->is_null())
-      bad(where + ".content", "'" + where + ".content' is required");
-    r.messages.push_back({name, message_content(*content, where + ".content")});
+    const bool has_calls = name == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (content == m.end() || content->is_null()) {
+      if (!has_calls) bad(where + ".content", "'" + where + ".content' is required");
+    } else {
+      msg.content = message_content(*content, where + ".content");
+    }
+    if (has_calls) {
+      const json& calls = m["tool_calls"];
+      if (!calls.is_array()) wrong_type(where + ".tool_calls", "an array", calls);
+      for (size_t k = 0; k < calls.size(); ++k) {
+        const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
+        const json& c = calls[k];
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+          bad(cw, "'" + cw + "' must be an object with a 'function'");
+        const json& f = c["function"];
+        if (!f.contains("name") || !f["name"].is_string()) bad(cw + ".function.name", "'" + cw + ".function.name' must be a string");
+        tokenizer::ToolCall call;
+        call.name = f["name"].get<std::string>();
+        if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
+        if (f.contains("arguments") && !f["arguments"].is_null()) {
+          const json& a = f["arguments"];
+          if (a.is_string()) {
+            call.arguments = json::parse(a.get<std::string>(), nullptr, false);
+            if (call.arguments.is_discarded() || !call.arguments.is_object())
+              bad(cw + ".function.arguments", "'" + cw + ".function.arguments' must be a JSON object (as a string)");
+          } else if (a.is_object()) {
+            call.arguments = a;
+          } else {
+            wrong_type(cw + ".function.arguments", "a string", a);
+          }
+        }
+        msg.tool_calls.push_back(std::move(call));
+      }
+    }
+    if (name == "tool") {
+      if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string()) msg.tool_call_id = id->get<std::string>();
+      if (auto n = m.find("name"); n != m.end() && n->is_string()) msg.name = n->get<std::string>();
+    }
+    r.messages.push_back(std::move(msg));
+  }
+  // Structured output and tools. Schemas keep their key order (properties are generated in
+  // the order they are declared), so those parts are read again as ordered JSON.
+  const auto ordered = nlohmann::ordered_json::parse(body);
+  if (auto* rf = field(root, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a string 'type'");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      r.json_object = true;
+    } else if (type == "json_schema") {
+      const auto& js = ordered["response_format"];
+      if (!js.contains("json_schema") || !js["json_schema"].is_object())
+        bad("response_format.json_schema", "'response_format.json_schema' must be an object");
+      const auto& inner = js["json_schema"];
+      if (!inner.contains("schema") || !(inner["schema"].is_object() || inner["schema"].is_boolean()))
+        bad("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON Schema object");
+      r.json_schema = inner["schema"];
+    } else if (type != "text") {
+      bad("response_format.type", "'response_format.type' must be text, json_object or json_schema, not '" + shown(type) + "'");
+    }
+  }
+  if (auto* g = field(root, "grammar")) {
+    if (!g->is_string()) wrong_type("grammar", "a string (GBNF)", *g);
+    r.grammar = g->get<std::string>();
+    if (r.json_object || r.json_schema) bad("grammar", "'grammar' and 'response_format' cannot be used together");
+  }
+  if (auto* t = field(root, "tools")) {
+    if (!t->is_array()) wrong_type("tools", "an array", *t);
+    for (size_t i = 0; i < t->size(); ++i) {
+      const std::string tw = "tools[" + std::to_string(i) + "]";
+      const auto& tool = ordered["tools"][i];
+      if (!tool.is_object() || tool.value("type", std::string("function")) != "function" || !tool.contains("function") ||
+          !tool["function"].is_object())
+        bad(tw, "'" + tw + "' must be {\"type\": \"function\", \"function\": {...}}");
+      const auto& fn = tool["function"];
+      if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
+        bad(tw + ".function.name", "'" + tw + ".function.name' must be a non-empty string");
+      for (char c : fn["name"].get<std::string>())
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+          bad(tw + ".function.name", "'" + tw + ".function.name' may hold only letters, digits, _ and -");
+      if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object())
+        bad(tw + ".function.parameters", "'" + tw + ".function.parameters' must be a JSON Schema object");
+      r.tools.push_back(tool);
+    }
+  }
+  if (auto* tc = field(root, "tool_choice")) {
+    if (tc->is_string()) {
+      r.tool_choice = tc->get<std::string>();
+      if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
+        bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", ...}");
+    } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
+               (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+      r.tool_choice = "function";
+      r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+      const bool known = std::any_of(r.tools.begin(), r.tools.end(), [&](const auto& t) {
+        return t["function"]["name"] == r.tool_choice_name;
+      });
+      if (!known) bad("tool_choice", "'tool_choice' names '" + shown(r.tool_choice_name) + "', which is not in 'tools'");
+    } else {
+      wrong_type("tool_choice", "a string or {\"type\": \"function\", \"function\": {\"name\": ...}}", *tc);
+    }
+    if (r.tools.empty() && r.tool_choice != "none" && r.tool_choice != "auto")
+      bad("tool_choice", "'tool_choice' needs 'tools'");
+  }
+  if (field(root, "parallel_tool_calls")) r.parallel_tool_calls = boolean(root, "parallel_tool_calls");
+  if (!r.tools.empty() && r.tool_choice != "none" && (r.json_object || r.json_schema || !r.grammar.empty()))
+    bad("response_format", "'response_format' or 'grammar' together with tools needs tool_choice 'none'");
+  if (field(root, "logprobs") && boolean(root, "logprobs")) r.top_logprobs = 0;
+  if (field(root, "top_logprobs")) {
+    const int k = int(integer_in(root, "top_logprobs", 0, 20));
+    if (r.top_logprobs < 0) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.top_logprobs = k;
   }
   parse_common(root, r);
   return r;
@@ -240,7 +351,24 @@ ApiRequest parse_completion_request(const std::string& body, const runtime::Samp
   } else {
     wrong_type("prompt", "a string or an array of token ids (one prompt)", *prompt);
   }
-  for (const char* unsupported : {"suffix", "logprobs", "best_of"})
+  if (field(root, "logprobs")) r.top_logprobs = int(integer_in(root, "logprobs", 0, 20));
+  if (auto* g = field(root, "grammar")) {
+    if (!g->is_string()) wrong_type("grammar", "a string (GBNF)", *g);
+    r.grammar = g->get<std::string>();
+  }
+  if (auto* rf = field(root, "response_format")) {
+    const auto ordered = nlohmann::ordered_json::parse(body);
+    const auto& js = ordered["response_format"];
+    if (!rf->is_object() || !js.contains("type") || !js["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a string 'type'");
+    if (js["type"] == "json_object") r.json_object = true;
+    else if (js["type"] == "json_schema" && js.contains("json_schema") && js["json_schema"].is_object() &&
+             js["json_schema"].contains("schema"))
+      r.json_schema = js["json_schema"]["schema"];
+    else if (js["type"] != "text")
+      bad("response_format", "'response_format' must be text, json_object or json_schema with a schema");
+  }
+  for (const char* unsupported : {"suffix", "best_of"})
     if (field(root, unsupported) && !(std::string(unsupported) == "best_of" && root["best_of"] == 1))
       bad(unsupported, "'" + std::string(unsupported) + "' is not supported", "unsupported_value");
   if (field(root, "echo") && boolean(root, "echo")) bad("echo", "'echo' is not supported", "unsupported_value");
@@ -269,6 +397,46 @@ json chat_completion(const std::string& id, int64_t created, const std::string& 
                                     {"logprobs", nullptr},
                                     {"finish_reason", finish_json(finish_reason)}}})},
           {"usage", usage_json(usage)}};
+}
+
+json chat_choice(int index, const json& message, const json& logprobs, const std::string& finish_reason) {
+  return {{"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish_json(finish_reason)}};
+}
+
+namespace {
+json token_entry(const std::string& token, float logprob) {
+  json bytes = json::array();
+  for (unsigned char c : token) bytes.push_back(int(c));
+  return {{"token", token}, {"logprob", logprob}, {"bytes", bytes}};
+}
+}  // namespace
+
+json chat_logprobs(const std::vector<std::pair<std::string, float>>& tokens,
+                   const std::vector<std::vector<std::pair<std::string, float>>>& top) {
+  json content = json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    json e = token_entry(tokens[i].first, tokens[i].second);
+    json alts = json::array();
+    for (const auto& [t, lp] : top[i]) alts.push_back(token_entry(t, lp));
+    e["top_logprobs"] = alts;
+    content.push_back(e);
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+json completion_logprobs(const std::vector<std::pair<std::string, float>>& tokens,
+                         const std::vector<std::vector<std::pair<std::string, float>>>& top, size_t text_offset) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    toks.push_back(tokens[i].first);
+    lps.push_back(tokens[i].second);
+    json alts = json::object();
+    for (const auto& [t, lp] : top[i]) alts[t] = lp;
+    tops.push_back(alts);
+    offsets.push_back(text_offset);
+    text_offset += tokens[i].first.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta,

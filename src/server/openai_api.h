@@ -45,6 +45,18 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;                      // stream_options.include_usage
+  int n = 1;                                       // choices
+  int top_logprobs = -1;                           // -1: no logprobs; chat top_logprobs / completions logprobs
+  // Structured output (at most one): response_format json_schema / json_object, or GBNF.
+  std::optional<nlohmann::ordered_json> json_schema;  // key order as sent
+  bool json_object = false;
+  std::string grammar;
+  // Tools: declarations (key order as sent), tool_choice "auto" | "none" | "required" |
+  // "function" (then tool_choice_name), parallel_tool_calls.
+  std::vector<nlohmann::ordered_json> tools;
+  std::string tool_choice = "auto";
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
 };
 
 // Parse and validate a body. `defaults` are the model's sampling defaults; fields present in
@@ -62,6 +74,15 @@ nlohmann::json usage_json(const Usage& usage);
 // Response objects. `finish_reason` empty means null (a stream chunk before the end).
 nlohmann::json chat_completion(const std::string& id, int64_t created, const std::string& model,
                                const std::string& text, const std::string& finish_reason, const Usage& usage);
+// One choice of a chat completion: the message (content, tool_calls), logprobs, finish.
+nlohmann::json chat_choice(int index, const nlohmann::json& message, const nlohmann::json& logprobs,
+                           const std::string& finish_reason);
+// OpenAI's logprob shapes: chat {"content": [{token, logprob, bytes, top_logprobs}]};
+// completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+nlohmann::json chat_logprobs(const std::vector<std::pair<std::string, float>>& tokens,
+                             const std::vector<std::vector<std::pair<std::string, float>>>& top);
+nlohmann::json completion_logprobs(const std::vector<std::pair<std::string, float>>& tokens,
+                                   const std::vector<std::vector<std::pair<std::string, float>>>& top, size_t text_offset);
 nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
                           const nlohmann::json& delta, const std::string& finish_reason);
 nlohmann::json text_completion(const std::string& id, int64_t created, const std::string& model,
