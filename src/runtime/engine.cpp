@@ -78,8 +78,12 @@ const tokenizer::Tokenizer* Engine::tokenizer() const {
     std::error_code ec;
     if (gguf_)
       tokenizer_ = tokenizer::load_gguf_tokenizer(gguf_->tokenizer(), path_);  // tokenizer.ggml.* metadata
-    else if (fs::is_directory(path_, ec))
+    else if (fs::is_directory(path_, ec)) {
       tokenizer_ = tokenizer::find_tokenizer(path_);
+      // A checkpoint may carry its vocabulary as a vocab-only GGUF (tokenizer.gguf).
+      if (!tokenizer_ && fs::is_regular_file(fs::path(path_) / "tokenizer.gguf", ec))
+        tokenizer_ = tokenizer::load_tokenizer((fs::path(path_) / "tokenizer.gguf").string());
+    }
     else
       tokenizer_ = tokenizer::find_tokenizer(fs::path(path_).parent_path().string());
     tokenizer_looked_up_ = true;
