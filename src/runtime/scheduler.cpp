@@ -221,19 +221,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   std::vector<float> logits;
   std::string failure;
   const auto t0 = std::chrono::steady_clock::now();
-<<<<<<< HEAD
+  {
+    std::lock_guard lock(mutex_);
+    step_began_ = t0;
+  }
   // Grammar masks of the sequences sampling this step are computed while the model runs.
   std::future<void> masks;
   if (std::any_of(logit_owner.begin(), logit_owner.end(), [&](size_t i) { return active[i]->generation->request().grammar != nullptr; }))
     masks = std::async(std::launch::async, [&] {
       for (size_t i : logit_owner) active[i]->generation->prepare_mask();
     });
-=======
-  {
-    std::lock_guard lock(mutex_);
-    step_began_ = t0;
-  }
->>>>>>> main
   if (!rows.empty()) {
     try {
       model_.forward(rows, caches, logits);
@@ -241,7 +238,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       failure = e.what();
     }
   }
-<<<<<<< HEAD
   if (masks.valid()) {
     try {
       masks.get();
@@ -249,11 +245,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       if (failure.empty()) failure = e.what();
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-=======
   const auto t1 = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(t1 - t0).count();
->>>>>>> main
 
   if (!failure.empty()) {
     // The step's state is unknown for every sequence in it: end them all with the error.
