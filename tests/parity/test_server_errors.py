@@ -48,7 +48,7 @@ def server():
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "invalid_value", "messages[0].role"),
     ({"messages": HELLO, "temperature": "warm"}, "invalid_type", "temperature"),
     ({"messages": HELLO, "max_tokens": -5}, "invalid_value", "max_tokens"),
-    ({"messages": HELLO, "n": 3}, "unsupported_value", "n"),
+    ({"messages": HELLO, "n": 17}, "invalid_value", "n"),
     ({"messages": HELLO, "logit_bias": {"99999999": 5}}, "invalid_value", None),
     ({"messages": HELLO, "stop": [1, 2]}, "invalid_type", "stop"),
 ])

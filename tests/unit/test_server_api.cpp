@@ -101,7 +101,11 @@ TEST(ServerApi, MalformedChatRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "hi"}], "top_k": 1.5})", "top_k", "invalid_type"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0})", "max_tokens", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "10"})", "max_tokens", "invalid_type"},
-      {R"({"messages": [{"role": "user", "content": "hi"}], "n": 2})", "n", "unsupported_value"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "n": 17})", "n", "invalid_value"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", "top_logprobs", "invalid_value"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "maybe"})", "tool_choice", "invalid_value"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}})", "response_format.type", "invalid_value"},
+      {R"({"messages": [{"role": "tool", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools[0].function.name", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"})", "stream", "invalid_type"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]})", "stop", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stop": [1]})", "stop", "invalid_type"},
@@ -133,7 +137,8 @@ TEST(ServerApi, CompletionPrompts) {
   EXPECT_EQ(completion_error(R"({"prompt": 5})").code, "invalid_type");
   EXPECT_EQ(completion_error(R"({"prompt": ["a", "b"]})").code, "invalid_type");
   EXPECT_EQ(completion_error(R"({"prompt": [1, -2]})").code, "invalid_value");
-  EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 2})").param, "logprobs");
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "x", "logprobs": 2})", defaults()).top_logprobs, 2);
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "echo": true})").param, "echo");
 }
 
