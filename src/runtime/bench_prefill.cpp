@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu_features.h"
-#include "kernels/machine_probe.h"
 #include "kernels/prefill.h"
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
@@ -70,8 +69,6 @@ std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_sec
     for (auto& e : x) e = nd(rng);
     for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
       if (!kernels::cpu_supports(isa)) continue;
-      double peak_cpu = 0;
-      kernels::measure_int8_peak(isa, 2, &peak_cpu);
       for (bool r16 : {false, true}) {
         const kernels::PrefillKernel* k =
             kernels::prefill_kernel(quant::WeightFormat::Q4_0X4, isa, r16 ? T : 2, kernels::Q8Activations::Int8);
@@ -96,7 +93,7 @@ std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_sec
         } while (calls < 2 || wall < min_seconds);
         rows.push_back({fmt::format("{}, T={}, {} ({} x{})", s.name, T, k->name, kernels::isa_name(isa),
                                     kernels::ThreadPool::global().size()),
-                        ops, wall / calls, (cpu_now() - c0) / calls, peak_cpu});
+                        ops, wall / calls, (cpu_now() - c0) / calls});
       }
     }
   }
@@ -107,17 +104,15 @@ nlohmann::json prefill_bench_to_json(const std::vector<PrefillBenchRow>& rows) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& r : rows)
     j.push_back({{"kernel", r.name}, {"int8_ops", r.ops}, {"wall_s", r.wall_s}, {"cpu_s", r.cpu_s},
-                 {"gops_wall", r.ops / r.wall_s / 1e9}, {"gops_per_cpu_s", r.ops / r.cpu_s / 1e9},
-                 {"fraction_of_core_peak_per_cpu_s", r.fraction_of_peak_per_cpu_s()}});
+                 {"gops_wall", r.ops / r.wall_s / 1e9}, {"gops_per_cpu_s", r.ops / r.cpu_s / 1e9}});
   return j;
 }
 
 std::string prefill_bench_to_text(const std::vector<PrefillBenchRow>& rows) {
-  std::string s = fmt::format("{:<72} {:>9} {:>9} {:>11} {:>9}\n", "prefill matmul", "wall ms", "GOPS", "GOPS/cpu-s",
-                              "of peak");
+  std::string s = fmt::format("{:<72} {:>9} {:>9} {:>11}\n", "prefill matmul", "wall ms", "GOPS", "GOPS/cpu-s");
   for (const auto& r : rows)
-    s += fmt::format("{:<72} {:>9.1f} {:>9.1f} {:>11.1f} {:>8.1f}%\n", r.name, r.wall_s * 1e3, r.ops / r.wall_s / 1e9,
-                     r.ops / r.cpu_s / 1e9, 100 * r.fraction_of_peak_per_cpu_s());
+    s += fmt::format("{:<72} {:>9.1f} {:>9.1f} {:>11.1f}\n", r.name, r.wall_s * 1e3, r.ops / r.wall_s / 1e9,
+                     r.ops / r.cpu_s / 1e9);
   return s;
 }
 

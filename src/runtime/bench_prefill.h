@@ -2,8 +2,8 @@
 // q/k/v, fused gate/up, down) at a prompt-sized token count, for each ISA the CPU has: the
 // previous 4 x 2 X4 tile and the R16 tile, both through the same driver (prefill.h). Reports
 // int8 operations (2 per multiply-add) per second of wall time and per CPU-second of the
-// process, and the latter against one core's int8 peak per CPU-second, which a shared machine
-// cannot take away.
+// process (what a shared machine cannot take away; compare it with the per-core-CPU-second
+// int8 peak of `lumen bench --machine --json`).
 #pragma once
 
 #include <string>
@@ -18,8 +18,6 @@ struct PrefillBenchRow {
   double ops = 0;     // int8 operations per call
   double wall_s = 0;  // per call
   double cpu_s = 0;   // process CPU seconds per call (all threads)
-  double peak_per_core_cpu = 0;  // int8 ops per CPU-second of one core (the probe's)
-  double fraction_of_peak_per_cpu_s() const { return cpu_s > 0 && peak_per_core_cpu > 0 ? ops / cpu_s / peak_per_core_cpu : 0; }
 };
 
 std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens = 128, double min_seconds = 1.0);
