@@ -4,7 +4,7 @@
 #   tools/bench_prefill.sh [LUMEN_BINARY]        (default build/lumen)
 # Environment: LUMEN_MODELS_DIR (default /work/models; the synthetic models are made there when
 # missing: 6.7 GB and 0.54 GB), LUMEN_BENCH_SHAPES (default "12b 1b"), LUMEN_BENCH_ARGS (extra
-# `lumen bench` arguments, e.g. "-p 128 -n 16" for a quick look), LUMEN_BENCH_OUT (results).
+# `lumen bench` arguments, e.g. "-p 128" for a quick look), LUMEN_BENCH_OUT (results).
 # Run it on a quiet machine; every figure also comes per CPU-second, which other load changes less.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
