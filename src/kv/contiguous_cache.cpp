@@ -105,4 +105,25 @@ int64_t ContiguousCache::bytes() const {
   return total;
 }
 
+std::unique_ptr<ContiguousCache> ContiguousCache::fork(int32_t n) const {
+  if (n < 0 || n > length())
+    throw Error("KV cache: cannot fork at position " + std::to_string(n) + " (" + std::to_string(length()) + " are held)");
+  std::unique_ptr<ContiguousCache> copy(new ContiguousCache(*this, n));
+  return copy;
+}
+
+ContiguousCache::ContiguousCache(const ContiguousCache& from, int32_t n) : dtype_(from.dtype_) {
+  for (const Layer& L : from.layers_) {
+    Layer c;
+    c.row = L.row;
+    c.head_dim = L.head_dim;
+    c.row_bytes = L.row_bytes;
+    c.length = std::min(L.length, n);
+    const auto bytes = int64_t(c.length) * L.row_bytes;
+    c.k.assign(L.k.begin(), L.k.begin() + bytes);
+    c.v.assign(L.v.begin(), L.v.begin() + bytes);
+    layers_.push_back(std::move(c));
+  }
+}
+
 }  // namespace lumen::kv

@@ -3,6 +3,7 @@
 // the reference the paged, ring and tiered caches are checked against.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "kv/kv_config.h"
@@ -23,6 +24,8 @@ class ContiguousCache final : public model::SequenceKv {
   void clear();
   // Bytes held by the rows stored so far.
   int64_t bytes() const;
+  // A copy holding this cache's first `n` positions (n <= length()).
+  std::unique_ptr<ContiguousCache> fork(int32_t n) const;
 
  private:
   struct Layer {
@@ -32,6 +35,7 @@ class ContiguousCache final : public model::SequenceKv {
     std::vector<uint8_t> k, v;
     int32_t length = 0;
   };
+  ContiguousCache(const ContiguousCache& from, int32_t n);  // fork(n)
   void check_range(const Layer& L, int32_t lo, int32_t hi) const;
   KvElem dtype_;
   std::vector<Layer> layers_;

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "base/error.h"
 #include "kv/contiguous_cache.h"
 #include "kv/kv_config.h"
 #include "kv/paged_cache.h"
@@ -18,6 +19,15 @@ inline std::unique_ptr<model::SequenceKv> make_cache(const spec::ModelSpec& spec
     return std::make_unique<ContiguousCache>(spec, config.dtype);
   }
   return std::make_unique<PagedCache>(spec, config, std::move(pool), max_context);
+}
+
+// A cache holding the first `n` positions of `cache`, which goes on independently: a paged
+// cache shares its pages (copy on write), a contiguous one is copied. Several sequences that
+// share a prompt (n choices) run it once this way.
+inline std::unique_ptr<model::SequenceKv> fork_cache(const model::SequenceKv& cache, int32_t n) {
+  if (const auto* paged = dynamic_cast<const PagedCache*>(&cache)) return paged->fork(n);
+  if (const auto* contiguous = dynamic_cast<const ContiguousCache*>(&cache)) return contiguous->fork(n);
+  throw Error("KV cache: this kind of cache cannot be forked");
 }
 
 }  // namespace lumen::kv

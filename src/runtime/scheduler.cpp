@@ -4,6 +4,7 @@
 #include <exception>
 #include <future>
 
+#include "base/error.h"
 #include "kv/make_cache.h"
 
 namespace lumen::runtime {
@@ -70,22 +71,69 @@ void Ticket::finish(FinishReason reason, int completion_tokens, std::string erro
 
 // ---------------------------------------------------------------------------- Scheduler
 
+namespace {
+
+// The prompt of several choices, run once. The first choice (the leader) prefills it; when
+// its last row has run, its cache is forked here together with that row's logits, and each
+// other choice (a follower) starts from a fork of this one.
+struct SharedPrompt {
+  int followers = 0;                         // choices that have not taken the prompt yet
+  std::unique_ptr<model::SequenceKv> cache;  // the prompt's cache, once the leader has run it
+  std::vector<float> logits;                 // the logits of its last row
+  bool abandoned = false;                    // the leader left before: followers prefill themselves
+};
+
+// A choice's tie to its shared prompt (worker thread only). Released when the leader has
+// published the prompt, when a follower has taken it, or when the choice is dropped.
+struct PromptLink {
+  std::shared_ptr<SharedPrompt> shared;
+  bool leader = false;
+
+  PromptLink() = default;
+  PromptLink(std::shared_ptr<SharedPrompt> s, bool is_leader) : shared(std::move(s)), leader(is_leader) {}
+  PromptLink(PromptLink&& other) noexcept : shared(std::move(other.shared)), leader(other.leader) {}
+  PromptLink& operator=(PromptLink&& other) noexcept {
+    if (this != &other) {
+      release();
+      shared = std::move(other.shared);
+      leader = other.leader;
+    }
+    return *this;
+  }
+  ~PromptLink() { release(); }
+
+  void release() {
+    if (!shared) return;
+    if (!leader) --shared->followers;
+    else if (!shared->cache) shared->abandoned = true;
+    shared.reset();
+    leader = false;
+  }
+};
+
+}  // namespace
+
 struct Scheduler::Pending {
   std::shared_ptr<Ticket> ticket;
   std::unique_ptr<Generation> generation;
+  PromptLink prompt_link;
 };
 
 struct Scheduler::Active {
   std::shared_ptr<Ticket> ticket;
   std::unique_ptr<Generation> generation;
   std::unique_ptr<model::SequenceKv> cache;
-  size_t prompt_done = 0;  // prompt rows already run
-  int32_t next_pos = 0;    // position of the next row
+  PromptLink prompt_link;
+  size_t prompt_done = 0;    // prompt rows already run
+  int32_t next_pos = 0;      // position of the next row
   size_t logprobs_sent = 0;  // generation->logprobs() already pushed to the ticket
 
   Active(Pending&& p, const spec::ModelSpec& spec, const kv::KvConfig& config)
-      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(kv::make_cache(spec, config)) {}
-  bool prefilling() const { return prompt_done < generation->request().prompt.size(); }
+      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(kv::make_cache(spec, config)),
+        prompt_link(std::move(p.prompt_link)) {}
+  // A follower waiting for the leader to run the shared prompt: it has no rows to run.
+  bool waiting() const { return prompt_link.shared && !prompt_link.leader; }
+  bool prefilling() const { return !waiting() && prompt_done < generation->request().prompt.size(); }
 };
 
 Scheduler::Scheduler(const model::GemmaModel& model, const tokenizer::Tokenizer& tokenizer,
@@ -107,26 +155,46 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request) {
-  const int prompt_tokens = int(request.prompt.size());
-  auto pending = std::make_unique<Pending>();
-  pending->generation = std::make_unique<Generation>(std::move(request), tokenizer_, model_.spec().vocab_size);
-  pending->ticket = std::make_shared<Ticket>();
-  pending->ticket->prompt_tokens_ = prompt_tokens;
-  auto ticket = pending->ticket;
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  auto tickets = submit_choices(std::move(one));
+  return tickets.empty() ? nullptr : tickets[0];
+}
+
+std::vector<std::shared_ptr<Ticket>> Scheduler::submit_choices(std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<Pending>> pending;
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::shared_ptr<SharedPrompt> shared;
+  if (requests.size() > 1) {
+    shared = std::make_shared<SharedPrompt>();
+    shared->followers = int(requests.size()) - 1;
+  }
+  for (const auto& request : requests)
+    if (request.prompt != requests[0].prompt) throw Error("scheduler: the choices of one request must share its prompt");
+  for (auto& request : requests) {
+    const int prompt_tokens = int(request.prompt.size());
+    auto p = std::make_unique<Pending>();
+    p->generation = std::make_unique<Generation>(std::move(request), tokenizer_, model_.spec().vocab_size);
+    p->ticket = std::make_shared<Ticket>();
+    p->ticket->prompt_tokens_ = prompt_tokens;
+    if (shared) p->prompt_link = PromptLink(shared, pending.empty());
+    tickets.push_back(p->ticket);
+    pending.push_back(std::move(p));
+  }
   {
     std::lock_guard lock(mutex_);
     // Requests the worker has not picked up yet but will admit at once (free slots) do not
     // count against the waiting room.
     const int64_t free_slots = std::max<int64_t>(0, options_.max_active - stats_.active);
-    if (int64_t(queue_.size()) >= options_.max_queued + free_slots) {
+    if (int64_t(queue_.size() + pending.size()) > options_.max_queued + free_slots) {
       ++stats_.rejected;
-      return nullptr;
+      return {};
     }
-    queue_.push_back(std::move(pending));
+    for (auto& p : pending) queue_.push_back(std::move(p));
     stats_.queued = int64_t(queue_.size());
   }
   wake_.notify_all();
-  return ticket;
+  return tickets;
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -188,6 +256,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
     return true;
   });
 
+  // Followers whose leader left before running the prompt run it themselves.
+  for (auto& a : active)
+    if (a->waiting() && a->prompt_link.shared->abandoned) a->prompt_link.release();
+
   std::vector<model::BatchRow> rows;
   std::vector<model::SequenceKv*> caches;
   std::vector<size_t> logit_owner;  // active index of each row that asks for logits
@@ -198,7 +270,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   for (size_t i = 0; i < active.size(); ++i) {
     Active& a = *active[i];
     caches.push_back(a.cache.get());
-    if (a.prefilling()) continue;
+    if (a.prefilling() || a.waiting()) continue;
     rows.push_back({int32_t(i), a.next_pos++, a.generation->next_input(), true});
     logit_owner.push_back(i);
     ++decode_rows;
@@ -256,16 +328,17 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   } else {
     const int64_t V = model_.spec().vocab_size;
     std::vector<bool> done(active.size(), false);
-    for (size_t r = 0; r < logit_owner.size(); ++r) {
-      Active& a = *active[logit_owner[r]];
+    // Samples a sequence's next token from `row` and passes on its text, or ends it.
+    const auto sample = [&](size_t index, std::span<float> row) {
+      Active& a = *active[index];
       std::string text;
       try {
-        text = a.generation->accept(std::span<float>(logits.data() + int64_t(r) * V, size_t(V)));
+        text = a.generation->accept(row);
       } catch (const std::exception& e) {
         endings.push_back({a.ticket, FinishReason::None, int(a.generation->generated().size()), e.what()});
-        done[logit_owner[r]] = true;
+        done[index] = true;
         ++failed;
-        continue;
+        return;
       }
       const auto& lps = a.generation->logprobs();
       a.ticket->push(text, std::span<const TokenLogprob>(lps).subspan(std::min(a.logprobs_sent, lps.size())));
@@ -278,9 +351,38 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
           reason = FinishReason::Length;
         }
         endings.push_back({a.ticket, reason, int(a.generation->generated().size()), {}});
-        done[logit_owner[r]] = true;
+        done[index] = true;
         ++completed;
       }
+    };
+    for (size_t r = 0; r < logit_owner.size(); ++r) {
+      Active& a = *active[logit_owner[r]];
+      const std::span<float> row(logits.data() + int64_t(r) * V, size_t(V));
+      if (a.prompt_link.leader) {
+        // Its prompt is done (a leader's first logits are its last prompt row's): publish
+        // the prompt for the followers before sampling changes the logits.
+        SharedPrompt& shared = *a.prompt_link.shared;
+        if (shared.followers > 0) {
+          shared.cache = kv::fork_cache(*a.cache, a.next_pos);
+          shared.logits.assign(row.begin(), row.end());
+        }
+        a.prompt_link.release();
+      }
+      sample(logit_owner[r], row);
+    }
+    // Followers whose prompt is ready start from it: its cache (the last one takes it, the
+    // others a fork) and its last logits, which give their first token.
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = *active[i];
+      if (!a.waiting() || !a.prompt_link.shared->cache) continue;
+      SharedPrompt& shared = *a.prompt_link.shared;
+      const int32_t length = int32_t(a.generation->request().prompt.size());
+      a.cache = shared.followers == 1 ? std::move(shared.cache) : kv::fork_cache(*shared.cache, length);
+      std::vector<float> first = shared.logits;
+      a.prompt_link.release();
+      a.prompt_done = size_t(length);
+      a.next_pos = length;
+      sample(i, first);
     }
     for (size_t i = active.size(); i-- > 0;)
       if (done[i]) active.erase(active.begin() + int64_t(i));

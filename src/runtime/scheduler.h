@@ -107,6 +107,12 @@ class Scheduler {
   // Builds the Generation (so a bad sampling parameter throws lumen::Error here, in the
   // caller's thread) and queues it. Returns nullptr when the queue is full.
   std::shared_ptr<Ticket> submit(GenerationRequest request);
+  // Several answers to one prompt (OpenAI's `n`): the requests must have the same prompt
+  // (they differ in their seeds, say). Each is a sequence of its own, but the prompt runs
+  // once: the first request prefills it, and the others start from a fork of its KV cache
+  // (kv::fork_cache) and the logits of its last row. All are queued, or none (an empty
+  // result) when the queue cannot take them all.
+  std::vector<std::shared_ptr<Ticket>> submit_choices(std::vector<GenerationRequest> requests);
 
   SchedulerStats stats() const;
   const SchedulerOptions& options() const { return options_; }

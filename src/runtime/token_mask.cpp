@@ -204,9 +204,14 @@ std::vector<int32_t> GrammarArena::context_key(int32_t leaf, int depth) const {
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenTrie> trie)
     : grammar_(std::move(grammar)), trie_(std::move(trie)), arena_(grammar_) {
-  for (const auto& s : grammar_.symbols)
-    if (s.kind == Symbol::Kind::Token && (s.id < 0 || s.id >= trie_->vocab_size()))
+  for (const auto& s : grammar_.symbols) {
+    if (s.kind != Symbol::Kind::Token) continue;
+    if (s.id < 0 || s.id >= trie_->vocab_size())
       throw Error("grammar: token id " + std::to_string(s.id) + " is outside the vocabulary");
+    token_terminals_.push_back(s.id);
+  }
+  std::sort(token_terminals_.begin(), token_terminals_.end());
+  token_terminals_.erase(std::unique(token_terminals_.begin(), token_terminals_.end()), token_terminals_.end());
 }
 
 size_t CompiledGrammar::contexts_computed() const {
@@ -283,7 +288,15 @@ std::shared_ptr<const CompiledGrammar::ContextTokens> CompiledGrammar::classify(
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar, std::vector<int32_t> end_tokens)
     : grammar_(std::move(grammar)), end_tokens_(std::move(end_tokens)), arena_(grammar_->grammar()) {
+  whole_only_ = grammar_->token_terminals();
+  whole_only_.insert(whole_only_.end(), end_tokens_.begin(), end_tokens_.end());
+  std::sort(whole_only_.begin(), whole_only_.end());
+  whole_only_.erase(std::unique(whole_only_.begin(), whole_only_.end()), whole_only_.end());
   state_ = arena_.root_state();
+}
+
+bool GrammarMatcher::whole_only(int32_t token) const {
+  return std::binary_search(whole_only_.begin(), whole_only_.end(), token);
 }
 
 bool GrammarMatcher::can_end() const { return arena_.state(state_).accepting; }
@@ -299,10 +312,11 @@ bool GrammarMatcher::compute_mask(std::vector<uint64_t>& mask) {
   const auto& st = arena_.state(state_);
   const std::vector<int32_t> leaves = st.leaves;
   const bool accepting = st.accepting;
+  std::vector<int32_t> whole;  // token terminals allowed here
   for (int32_t leaf : leaves) {
     const Symbol& sym = grammar_->grammar().symbols[size_t(arena_.leaf_position(leaf))];
     if (sym.kind == Symbol::Kind::Token) {
-      set(sym.id);
+      whole.push_back(sym.id);
       continue;
     }
     const auto ctx = grammar_->context(arena_.context_key(leaf, CompiledGrammar::kContextDepth));
@@ -315,6 +329,10 @@ bool GrammarMatcher::compute_mask(std::vector<uint64_t>& mask) {
       if (s != GrammarArena::kDead && (!arena_.state(s).leaves.empty() || arena_.state(s).accepting)) set(id);
     }
   }
+  // Whole-only tokens the byte walk let through are taken back; then the terminals and
+  // (when complete) the end tokens that are allowed here.
+  for (int32_t id : whole_only_) mask[size_t(id) >> 6] &= ~(uint64_t(1) << (id & 63));
+  for (int32_t id : whole) set(id);
   if (accepting)
     for (int32_t id : end_tokens_) set(id);
   for (uint64_t w : mask)
@@ -325,9 +343,10 @@ bool GrammarMatcher::compute_mask(std::vector<uint64_t>& mask) {
 bool GrammarMatcher::advance(int32_t token) {
   const TokenTrie& trie = grammar_->trie();
   if (token < 0 || token >= trie.vocab_size()) return false;
-  if (std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end() && can_end()) return true;
-  const int32_t next = trie.is_special(token) || trie.bytes(token).empty() ? arena_.step_token(state_, token)
-                                                                            : arena_.step_bytes(state_, trie.bytes(token));
+  const bool end = std::find(end_tokens_.begin(), end_tokens_.end(), token) != end_tokens_.end();
+  if (end && can_end()) return true;
+  const bool as_token = whole_only(token) || trie.is_special(token) || trie.bytes(token).empty();
+  const int32_t next = as_token ? arena_.step_token(state_, token) : arena_.step_bytes(state_, trie.bytes(token));
   if (next == GrammarArena::kDead) return false;
   state_ = next;
   return true;

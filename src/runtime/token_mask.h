@@ -115,6 +115,10 @@ class CompiledGrammar {
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenTrie> trie);
   const Grammar& grammar() const { return grammar_; }
   const TokenTrie& trie() const { return *trie_; }
+  // The ids the grammar names as whole-token terminals (sorted). A vocabulary may keep such
+  // a token as ordinary text too (Gemma 4's GGUF has <|tool_call> and <|"|> as user-defined
+  // tokens): the matcher then takes it only as the terminal, never through its bytes.
+  const std::vector<int32_t>& token_terminals() const { return token_terminals_; }
 
   struct ContextTokens {
     std::vector<uint64_t> accepted_bits;  // when many are accepted
@@ -132,6 +136,7 @@ class CompiledGrammar {
 
   Grammar grammar_;
   std::shared_ptr<const TokenTrie> trie_;
+  std::vector<int32_t> token_terminals_;
   mutable std::mutex mutex_;
   GrammarArena arena_;  // contexts are explored here, under mutex_
   std::unordered_map<std::string, std::shared_ptr<const ContextTokens>> contexts_;
@@ -139,7 +144,8 @@ class CompiledGrammar {
 
 class GrammarMatcher {
  public:
-  // `end_tokens`: ids allowed once the grammar is complete (they end the generation).
+  // `end_tokens`: ids allowed once the grammar is complete (they end the generation), and
+  // only then.
   GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar, std::vector<int32_t> end_tokens);
 
   // Bit i of the mask = token i may come next. Returns false when no token may (a dead end).
@@ -153,8 +159,11 @@ class GrammarMatcher {
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
+  bool whole_only(int32_t token) const;  // never matched through its bytes
+
   std::shared_ptr<CompiledGrammar> grammar_;
   std::vector<int32_t> end_tokens_;
+  std::vector<int32_t> whole_only_;  // sorted: the grammar's token terminals and the end tokens
   GrammarArena arena_;
   int32_t state_;
 };

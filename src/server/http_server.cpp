@@ -330,23 +330,20 @@ struct Server::Impl {
       api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
       runtime::GenerationRequest g = prepare(api);
       prompt_tokens = int(g.prompt.size());
-      for (int i = 0; i < api.n; ++i) {
-        runtime::GenerationRequest gi = g;
-        gi.sampling.seed = g.sampling.seed + uint64_t(i);  // choices differ, and each is reproducible
-        std::shared_ptr<runtime::Ticket> ticket;
-        try {
-          ticket = scheduler.submit(std::move(gi));
-        } catch (const Error& e) {  // a sampling parameter the sampler refuses
-          throw ApiError(400, printable(e.what()), "", "invalid_value");
-        }
-        if (!ticket) {
-          for (auto& t : tickets) t->cancel();
-          res.set_header("Retry-After", "1");
-          throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
-                                  " requests are already waiting; retry later",
-                         "", "queue_full", "rate_limit_error");
-        }
-        tickets.push_back(std::move(ticket));
+      // n choices: one prompt (prefilled once), seeds seed, seed+1, ... so that the choices
+      // differ and each is reproducible.
+      std::vector<runtime::GenerationRequest> choices(size_t(api.n), g);
+      for (int i = 0; i < api.n; ++i) choices[size_t(i)].sampling.seed = g.sampling.seed + uint64_t(i);
+      try {
+        tickets = scheduler.submit_choices(std::move(choices));
+      } catch (const Error& e) {  // a sampling parameter the sampler refuses
+        throw ApiError(400, printable(e.what()), "", "invalid_value");
+      }
+      if (tickets.empty()) {
+        res.set_header("Retry-After", "1");
+        throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
+                                " requests are already waiting; retry later",
+                       "", "queue_full", "rate_limit_error");
       }
     } catch (const ApiError& e) {
       return reply_error(res, e);

@@ -147,6 +147,39 @@ TEST(Grammar, SpecialTokensAsTerminals) {
   EXPECT_TRUE(m.must_end());
 }
 
+// A vocabulary may keep a token the grammar names as a terminal, or an end token, as ordinary
+// text (Gemma 4's GGUF has <|tool_call> and <|"|> as user-defined tokens): the mask and
+// advance() must both take such a token only whole, never through its bytes.
+TEST(Grammar, TerminalsAndEndTokensThatAreOrdinaryTextAreTakenWhole) {
+  FakeTokenizer tok({{"<pad>", true}, {"<e>", false}, {"<q>", false}, {"a", false}, {"<", false}, {">", false},
+                     {"q", false}, {"!", false}});
+  GrammarSource g;
+  // A "string" between <q> tokens whose content may hold '<', 'q' and '>', then "!".
+  g.add("root", seq({token(2), repeat(char_class({{'<', '<'}, {'>', '>'}, {'a', 'a'}, {'q', 'q'}}), 0, -1), token(2),
+                     literal("!")}));
+  auto grammar = compile(g, tok);
+  GrammarMatcher m(grammar, {1});
+  std::vector<uint64_t> mask;
+  ASSERT_TRUE(m.compute_mask(mask));
+  EXPECT_TRUE(bit(mask, 2));
+  EXPECT_FALSE(bit(mask, 1)) << "the end token before the grammar is complete";
+  ASSERT_TRUE(m.advance(2));
+  ASSERT_TRUE(m.advance(3));
+  ASSERT_TRUE(m.compute_mask(mask));
+  EXPECT_TRUE(bit(mask, 2) && bit(mask, 4) && bit(mask, 6));
+  EXPECT_FALSE(bit(mask, 1)) << "'<e>' spells content bytes, but it is the end token";
+  EXPECT_FALSE(m.advance(1));
+  ASSERT_TRUE(m.advance(2)) << "<q> closes the string: it is not the bytes '<', 'q', '>'";
+  ASSERT_TRUE(m.compute_mask(mask));
+  EXPECT_TRUE(bit(mask, 7));
+  EXPECT_FALSE(bit(mask, 2) || bit(mask, 1));
+  ASSERT_TRUE(m.advance(7));
+  EXPECT_TRUE(m.must_end());
+  ASSERT_TRUE(m.compute_mask(mask));
+  EXPECT_TRUE(bit(mask, 1));
+  EXPECT_TRUE(m.advance(1));
+}
+
 TEST(Grammar, DeadEndIsReported) {
   FakeTokenizer tok({{"<pad>", true}, {"<eos>", true}, {"a", false}});
   auto grammar = compile(parse_gbnf("root ::= \"a\" \"q\""), tok);

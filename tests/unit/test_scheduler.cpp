@@ -39,8 +39,8 @@ GenerationRequest request(std::vector<int32_t> prompt, int n, float temperature,
 }
 
 // One sequence alone, one row per step: the reference the batched run must match.
-std::vector<int32_t> alone(const GenerationRequest& req, const tokenizer::Tokenizer& tok) {
-  const auto& model = tiny().model();
+std::vector<int32_t> alone(const GenerationRequest& req, const tokenizer::Tokenizer& tok,
+                           const model::GemmaModel& model = tiny().model()) {
   runtime::Generation g(req, tok, model.spec().vocab_size);
   kv::ContiguousCache cache(model.spec());
   model::SequenceKv* caches[] = {&cache};
@@ -170,4 +170,104 @@ TEST(Scheduler, BadSamplingThrowsAtSubmit) {
   Scheduler s(tiny().model(), tok, {});
   auto r = request({2, 5}, 3, -1.0f, 0);
   EXPECT_THROW(s.submit(r), Error);
+}
+
+// n choices of one prompt: the prompt runs once (the others fork its cache and take its last
+// logits), and each choice is exactly what it is when submitted on its own, with either cache
+// layout, also when a choice waits for a slot until the leader has finished (it then starts
+// from the snapshot).
+TEST(Scheduler, ChoicesOfOnePromptPrefillItOnceAndMatchSeparateRequests) {
+  const auto tok = letters();
+  const std::vector<int32_t> prompt = {2, 5, 9, 14, 3, 7, 22, 8, 11, 4, 4, 19};
+  std::vector<GenerationRequest> choices;
+  for (uint64_t seed : {11u, 12u, 13u}) choices.push_back(request(prompt, 6 + int(seed % 3) * 2, 0.9f, seed));
+  const GenerationRequest other = request({2, 30, 4}, 5, 0.0f, 0);
+
+  for (const auto layout : {kv::KvLayout::Contiguous, kv::KvLayout::Paged}) {
+    SCOPED_TRACE(layout == kv::KvLayout::Paged ? "paged" : "contiguous");
+    SchedulerOptions opts;
+    opts.max_active = 2;  // the third choice starts after the first has ended
+    opts.max_queued = 8;
+    opts.prefill_chunk = 5;
+    opts.kv_config.layout = layout;
+    opts.kv_config.page_size = 4;
+    std::vector<std::string> wants;
+    {
+      Scheduler separate(tiny().model(), tok, opts);
+      for (const auto& r : choices) {
+        auto t = separate.submit(r);
+        ASSERT_TRUE(t);
+        wants.push_back(drain(*t));
+      }
+      EXPECT_EQ(separate.stats().prefill_tokens, int64_t(3 * prompt.size()));
+    }
+    if (layout == kv::KvLayout::Contiguous) {
+      EXPECT_EQ(wants[0], tok.decode(alone(choices[0], tok), true));
+    }
+    EXPECT_NE(wants[0], wants[1]) << "the seeds make different choices";
+
+    Scheduler s(tiny().model(), tok, opts);
+    const auto tickets = s.submit_choices(choices);
+    ASSERT_EQ(tickets.size(), 3u);
+    auto other_ticket = s.submit(other);
+    ASSERT_TRUE(other_ticket);
+    for (size_t i = 0; i < tickets.size(); ++i) {
+      EXPECT_EQ(drain(*tickets[i]), wants[i]) << "choice " << i;
+      EXPECT_EQ(tickets[i]->finish_reason(), FinishReason::Length);
+      EXPECT_EQ(tickets[i]->completion_tokens(), choices[i].max_tokens);
+      EXPECT_EQ(tickets[i]->prompt_tokens(), int(prompt.size()));
+    }
+    EXPECT_EQ(drain(*other_ticket), tok.decode(alone(other, tok), true));
+    const auto st = s.stats();
+    EXPECT_EQ(st.completed, 4);
+    EXPECT_EQ(st.prefill_tokens, int64_t(prompt.size() + other.prompt.size())) << "the shared prompt ran once";
+    int64_t decode_rows = other.max_tokens - 1;
+    for (const auto& r : choices) decode_rows += r.max_tokens - 1;
+    EXPECT_EQ(st.decode_tokens, decode_rows);
+  }
+}
+
+TEST(Scheduler, ChoicesWhoseLeaderIsCancelledRunThePromptThemselves) {
+  const auto tok = letters();
+  static const test_support::TinyModel roomy(test_support::tiny_model_spec(32, 3, 1 << 20));
+  const std::vector<int32_t> prompt = {2, 5, 9, 14, 3, 7};
+  std::vector<GenerationRequest> choices;
+  for (uint64_t seed : {1u, 2u}) choices.push_back(request(prompt, 4, 0.8f, seed));
+  const auto want = alone(choices[1], tok, roomy.model());
+  SchedulerOptions opts;
+  opts.max_active = 1;
+  Scheduler s(roomy.model(), tok, opts);
+  // A request that runs until cancelled holds the only slot: both choices wait in the queue.
+  auto blocker = s.submit(request({2, 3}, 1 << 19, 0.0f, 0));
+  ASSERT_TRUE(eventually([&] { return s.stats().active == 1; }));
+  const auto tickets = s.submit_choices(choices);
+  ASSERT_EQ(tickets.size(), 2u);
+  tickets[0]->cancel();  // the leader goes before its prompt ran
+  blocker->cancel();
+  drain(*blocker);
+  drain(*tickets[0]);
+  EXPECT_EQ(tickets[0]->finish_reason(), FinishReason::Cancelled);
+  EXPECT_EQ(drain(*tickets[1]), tok.decode(want, true));
+  EXPECT_EQ(tickets[1]->finish_reason(), FinishReason::Length);
+  EXPECT_EQ(s.stats().prefill_tokens, 2 + int64_t(prompt.size())) << "the blocker's prompt and the follower's";
+}
+
+TEST(Scheduler, ChoicesAreQueuedAllOrNone) {
+  const auto tok = letters();
+  SchedulerOptions opts;
+  opts.max_active = 1;
+  opts.max_queued = 2;
+  Scheduler s(tiny().model(), tok, opts);
+  std::vector<GenerationRequest> four(4, request({2, 5, 6}, 3, 0.0f, 0));
+  EXPECT_TRUE(s.submit_choices(four).empty()) << "1 free slot + 2 waiting places < 4";
+  EXPECT_EQ(s.stats().rejected, 1);
+  std::vector<GenerationRequest> mixed = {request({2, 5}, 3, 0.0f, 0), request({2, 6}, 3, 0.0f, 0)};
+  EXPECT_THROW(s.submit_choices(mixed), Error);
+  std::vector<GenerationRequest> three(3, request({2, 5, 6}, 3, 0.0f, 0));
+  const auto tickets = s.submit_choices(three);
+  ASSERT_EQ(tickets.size(), 3u);
+  for (const auto& t : tickets) {
+    drain(*t);
+    EXPECT_EQ(t->completion_tokens(), 3);
+  }
 }
