@@ -150,6 +150,22 @@ def client(server):
     return OpenAI(base_url=server.url("/v1"), api_key="none", max_retries=0, timeout=120)
 
 
+# The served model has random weights: it closes a free string only by chance (one token in
+# 262144), so the tools it calls bound their strings.
+def bounded(tool, lengths):
+    tool = json.loads(json.dumps(tool))
+    for name, n in lengths.items():
+        tool["function"]["parameters"]["properties"][name]["maxLength"] = n
+    return tool
+
+
+WEATHER_SHORT = bounded(WEATHER, {"city": 10})
+SEARCH_SHORT = bounded(SEARCH, {"query": 12, "Zone": 4})
+SEARCH_SHORT["function"]["parameters"]["properties"]["tags"].update({"maxItems": 2})
+SEARCH_SHORT["function"]["parameters"]["properties"]["tags"]["items"]["maxLength"] = 6
+SEARCH_SHORT["function"]["parameters"]["properties"]["filters"]["properties"]["site"]["maxLength"] = 8
+
+
 def validate_call(tool_call, tools):
     import jsonschema
 
@@ -161,17 +177,18 @@ def validate_call(tool_call, tools):
 
 def test_tool_call_round_trip(client):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = client.chat.completions.create(model="x", messages=messages, tools=[WEATHER, SEARCH],
-                                           tool_choice="required", max_tokens=120, temperature=0)
+    tools = [WEATHER_SHORT, SEARCH_SHORT]
+    first = client.chat.completions.create(model="x", messages=messages, tools=tools, tool_choice="required",
+                                           max_tokens=300, temperature=0)
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     assert choice.message.tool_calls, choice.message
     for tc in choice.message.tool_calls:
-        validate_call(tc, [WEATHER, SEARCH])
+        validate_call(tc, tools)
     messages.append(choice.message.model_dump(exclude_none=True))
     for tc in choice.message.tool_calls:
         messages.append({"role": "tool", "tool_call_id": tc.id, "content": "18 C and sunny"})
-    final = client.chat.completions.create(model="x", messages=messages, tools=[WEATHER, SEARCH], tool_choice="none",
+    final = client.chat.completions.create(model="x", messages=messages, tools=tools, tool_choice="none",
                                            max_tokens=8, temperature=0)
     assert final.choices[0].message.tool_calls is None
     assert isinstance(final.choices[0].message.content, str)
@@ -180,7 +197,7 @@ def test_tool_call_round_trip(client):
 
 def test_tool_call_round_trip_streamed(client):
     messages = [{"role": "user", "content": "Weather in Rome?"}]
-    stream = client.chat.completions.create(model="x", messages=messages, tools=[WEATHER],
+    stream = client.chat.completions.create(model="x", messages=messages, tools=[WEATHER_SHORT],
                                             tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                             parallel_tool_calls=False, max_tokens=120, temperature=1, seed=3,
                                             stream=True)
@@ -195,13 +212,13 @@ def test_tool_call_round_trip_streamed(client):
     assert finish == "tool_calls" and len(calls) == 1, calls
     import jsonschema
 
-    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER["function"]["parameters"])
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER_SHORT["function"]["parameters"])
     assert calls[0]["name"] == "get_weather"
     messages.append({"role": "assistant", "content": None, "tool_calls": [
         {"id": calls[0]["id"], "type": "function", "function": {"name": "get_weather", "arguments": calls[0]["arguments"]}}]})
     messages.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": "25 C"})
     text = ""
-    for chunk in client.chat.completions.create(model="x", messages=messages, tools=[WEATHER], max_tokens=6,
+    for chunk in client.chat.completions.create(model="x", messages=messages, tools=[WEATHER_SHORT], max_tokens=6,
                                                 temperature=0, stream=True):
         for c in chunk.choices:
             text += c.delta.content or ""
@@ -291,13 +308,39 @@ def test_logprobs_shapes(client):
     assert all(len(t) <= 2 for t in lp.top_logprobs)
 
 
-def test_n_choices(client):
+def prefill_tokens(server) -> int:
+    status, raw, _ = server.get("/metrics")
+    assert status == 200
+    return int(next(line.split()[1] for line in raw.decode().splitlines()
+                    if line.startswith("lumen_prefill_tokens_total ")))
+
+
+def test_n_choices_share_the_prompt(client, server):
+    before = prefill_tokens(server)
     out = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
                                          temperature=0, n=2)
     assert [c.index for c in out.choices] == [0, 1]
-    assert out.choices[0].message.content == out.choices[1].message.content
-    assert out.usage.completion_tokens == 2 * len(out.choices[0].logprobs.content if out.choices[0].logprobs else []) \
-        or out.usage.completion_tokens >= 2
+    assert out.choices[0].message.content == out.choices[1].message.content  # greedy: the same answer
+    assert prefill_tokens(server) - before == out.usage.prompt_tokens, "the prompt runs once for both choices"
+    assert out.usage.completion_tokens == 8
+    # Sampled choices differ (seeds seed, seed+1, ...), and each is reproducible on its own.
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 1, "seed": 40, "n": 3}
+    status, raw, _ = server.post("/v1/chat/completions", body, timeout=120)
+    assert status == 200, raw
+    texts = [c["message"]["content"] for c in json.loads(raw)["choices"]]
+    assert len(set(texts)) > 1, texts
+    status, raw, _ = server.post("/v1/chat/completions", dict(body, n=1, seed=41), timeout=120)
+    assert json.loads(raw)["choices"][0]["message"]["content"] == texts[1]
+    # Streamed: every choice's deltas carry its index, and each ends with its own finish_reason.
+    parts, finished = {}, set()
+    for chunk in client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Hi"}], max_tokens=6,
+                                                temperature=1, seed=40, n=3, stream=True):
+        for c in chunk.choices:
+            parts[c.index] = parts.get(c.index, "") + (c.delta.content or "")
+            if c.finish_reason:
+                finished.add(c.index)
+    assert finished == {0, 1, 2}
+    assert [parts[i] for i in range(3)] == texts
 
 
 # ------------------------------------------------------------------ random schemas, default model
