@@ -126,6 +126,13 @@ PRESETS: dict[str, dict] = {
                 "factor": 8.0},
         },
     ),
+    # GGUF block formats: every matrix's row length (hidden 256, q widths 256 / 512, ffn 512) a
+    # multiple of 256, so llama.cpp's K-quants and IQ4_XS apply to every matrix.
+    "tiny-k256": _preset(
+        layer_types=[S, S, F, S, F], hidden_size=256, intermediate_size=512,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, global_head_dim=128,
+        num_global_key_value_heads=1, sliding_window=8,
+    ),
     # the 12B's 5 sliding : 1 full pattern, last layer full.
     "tiny-12b-pattern": _preset(
         layer_types=([S] * 5 + [F]) * 2, hidden_size=48, intermediate_size=96,

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "runtime/bench.h"
 #include "runtime/bench_kernels.h"
 
@@ -16,13 +17,13 @@ namespace {
 struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
-  bool json = false, machine = false, kernels = false;
+  bool json = false, machine = false, kernels = false, exact = false;
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
   auto opts = std::make_shared<BenchCliOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill/decode speed against the machine's limits");
-  cmd->add_option("-m,--model", opts->model, "Model directory or packed .lmp file");
+  cmd->add_option("-m,--model", opts->model, "Model directory, .gguf or packed .lmp file");
   cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
   cmd->add_option("-n,--gen", opts->n_gen, "Tokens to decode (default 128)");
   cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
@@ -30,6 +31,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
   cmd->add_flag("--machine", opts->machine, "Only measure the machine's bandwidth and int8 peak");
   cmd->add_flag("--kernels", opts->kernels, "Only time the decode kernels on 12B-shaped matrices (GB/s)");
   cmd->add_flag("--json", opts->json, "Print JSON");
+  lumen::cli::add_exact_flag(cmd, opts->exact);
   return std::pair{cmd, lumen::cli::Runner([opts] {
     using namespace lumen::runtime;
     if (opts->machine) {
@@ -52,6 +54,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
     bo.n_prompt = opts->n_prompt;
     bo.n_gen = opts->n_gen;
     bo.quant = opts->quant;
+    bo.exact = opts->exact;
     const BenchResult r = run_bench(opts->model, bo, limits);
     if (opts->json) fmt::print("{}\n", bench_to_json(r).dump(2));
     else fmt::print("{}", bench_to_text(r));

@@ -673,6 +673,26 @@ class GgufParser {
           tensor->offset + tensor->nbytes > furthest->offset + furthest->nbytes)
         furthest = tensor;
     }
+
+    // ggml lays the tensors out back to back in info order, each padded to the alignment, and
+    // refuses any other offset (gguf.cpp: "tensor has offset X, expected Y"). A gap means the
+    // tensor before it declares a type or shape that does not fit the bytes it was written with.
+    uint64_t expected = 0;
+    const GgufTensor* previous = nullptr;
+    for (const GgufTensor& tensor : out_.tensors_) {
+      if (tensor.offset != expected) {
+        if (previous == nullptr)
+          fail_tensor(tensor.name, "has data offset " + str(tensor.offset) +
+                                       "; the first tensor's data starts at offset 0");
+        const uint64_t holds = tensor.offset - previous->offset;
+        fail_tensor(previous->name, "is " + std::string(ggml_type_name(previous->type)) + " " + ne_text(previous->ne) +
+                                        ", " + str(previous->nbytes) + " bytes, but its data holds " + str(holds) +
+                                        " bytes (the next tensor " + in_quotes(tensor.name) + " starts at data offset " +
+                                        str(tensor.offset) + "): its type or shape does not match its data");
+      }
+      expected = tensor.offset + (tensor.nbytes + align - 1) / align * align;
+      previous = &tensor;
+    }
   }
 
   // Built last: the views point at strings inside the final vectors.

@@ -33,6 +33,10 @@ namespace {
 
 // Expands one weight row into f32 (a no-op view for f32 weights).
 const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch, bool avx2) {
+  if (quant::is_interleaved(w.format)) {  // rows are not stored back to back
+    quant::dequantize_row(w, r, scratch);
+    return scratch;
+  }
   const auto* base = static_cast<const std::byte*>(w.data) + size_t(r) * w.row_bytes();
   switch (w.format) {
     case quant::WeightFormat::F32:
@@ -55,6 +59,10 @@ const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch,
 
 void matmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {
   if (quant::is_interleaved(w.format)) return qmatmul(x, T, w, y);
+  matmul_exact(x, T, w, y);
+}
+
+void matmul_exact(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {
   const int64_t K = w.cols, N = w.rows;
   const bool avx2 = active_isa() != Isa::Scalar;
   auto dot = avx2 ? detail::dot_f32_avx2 : detail::dot_f32_scalar;

@@ -9,7 +9,13 @@
 
 namespace lumen::kernels {
 
+// The fast path: the int8 kernels where the format has them, else matmul_exact.
 void matmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y);
+
+// The exact f32 reference every fast path is tested against (`--exact`): each weight row
+// expanded to f32 exactly as ggml dequantizes it (any format, the interleaved layouts
+// included), then dotted with every row of x in f32. Never quantizes the activations.
+void matmul_exact(const float* x, int64_t T, const quant::WeightMatrix& w, float* y);
 
 // f32 dot product of length n (the active ISA's version).
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -27,13 +27,25 @@ std::vector<float> rope_inv_freq(const spec::RopeSpec& rope, int head_dim) {
     const float exponent = float(2 * i) / float(base_dim);
     const float freq = 1.0f / std::pow(float(rope.theta), exponent);
     inv[size_t(i)] = freq / float(rope.scaling_factor);
+    if (size_t(i) < rope.freq_factors.size()) inv[size_t(i)] /= rope.freq_factors[size_t(i)];
   }
   return inv;
 }
 
-GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights)
-    : spec_(std::move(spec)), weights_(std::move(weights)) {
+GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights, GraphOptions options)
+    : spec_(std::move(spec)), weights_(std::move(weights)), options_(options) {
   for (const auto& ls : spec_.layers) inv_freq_.push_back(rope_inv_freq(ls.rope, ls.head_dim));
+}
+
+void GemmaModel::project(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) const {
+  if (options_.exact) return kernels::matmul_exact(x, T, w, y);
+  matmul(x, T, w, y);
+}
+
+void GemmaModel::project_shared_input(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
+                                      std::span<float* const> ys) const {
+  if (!options_.exact) return kernels::matmul_shared_input(x, T, ws, ys);
+  for (size_t i = 0; i < ws.size(); ++i) kernels::matmul_exact(x, T, *ws[i], ys[i]);
 }
 
 void GemmaModel::attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
@@ -94,7 +106,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
       const quant::WeightMatrix* qkv_w[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj};
       float* qkv_y[] = {q.data(), k.data(), v.data()};
       const size_t n_proj = ls.k_eq_v ? 2 : 3;
-      kernels::matmul_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
+      project_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
       if (ls.k_eq_v) v = k;  // the raw projection, before k-norm and RoPE
     }
 
@@ -125,7 +137,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     attn.resize(size_t(T * nq * hd));
     attention(ls, l, rows, caches, q.data(), attn.data());
     phase(Op::OProj);
-    matmul(attn.data(), T, lw.o_proj, attn_out.data());
+    project(attn.data(), T, lw.o_proj, attn_out.data());
     phase(Op::Residual);
     for (int64_t t = 0; t < T; ++t) {
       float* a = &attn_out[t * H];
@@ -143,12 +155,12 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     {
       const quant::WeightMatrix* gu_w[] = {&lw.gate_proj, &lw.up_proj};
       float* gu_y[] = {gate.data(), up.data()};
-      kernels::matmul_shared_input(h.data(), T, gu_w, gu_y);
+      project_shared_input(h.data(), T, gu_w, gu_y);
     }
     phase(Op::Gelu);
     kernels::gated_gelu(gate.data(), up.data(), T * F, gate.data());
     phase(Op::DownProj);
-    matmul(gate.data(), T, lw.down_proj, attn_out.data());
+    project(gate.data(), T, lw.down_proj, attn_out.data());
     phase(Op::Residual);
     for (int64_t t = 0; t < T; ++t) {
       float* f = &attn_out[t * H];
@@ -172,7 +184,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
   phase(Op::Logits);
   logits.assign(size_t(n_out * V), 0.0f);
   if (n_out > 0) {
-    matmul(selected.data(), n_out, weights_.lm_head, logits.data());
+    project(selected.data(), n_out, weights_.lm_head, logits.data());
     phase(Op::Softcap);
     if (spec_.final_logit_softcap) kernels::softcap(logits.data(), n_out * V, *spec_.final_logit_softcap);
   }

@@ -29,6 +29,9 @@ struct RopeSpec {
   int freq_base_dim = 0;
   // Linear position scaling: inv_freq /= scaling_factor. 1 = none.
   double scaling_factor = 1.0;
+  // Per rotated pair i, a further divisor of inv_freq[i] (llama.cpp's `rope_freqs` tensor);
+  // empty = 1 for every pair.
+  std::vector<float> freq_factors;
 
   int rotated_pairs(int head_dim) const { return int(partial_factor * head_dim / 2.0); }
 };

@@ -318,6 +318,9 @@ void validate_spec(ModelSpec& spec) {
     need(l.rope.rotated_pairs(l.head_dim) >= 1, at + "rope rotates no dimension");
     need(l.rope.scaling_factor > 0.0 && std::isfinite(l.rope.scaling_factor),
          at + "rope scaling factor must be positive");
+    need(l.rope.freq_factors.size() <= size_t(l.rope.rotated_pairs(l.head_dim)),
+         at + "more rope frequency factors than rotated pairs");
+    for (float f : l.rope.freq_factors) need(f > 0.0f && std::isfinite(f), at + "rope frequency factors must be positive");
   }
   // Out-of-vocabulary ids are what transformers only warns about (tiny test models keep
   // the real [1, 106] eos list): a note, and such stop ids are dropped as unreachable.
@@ -476,7 +479,8 @@ nlohmann::json spec_to_json(const ModelSpec& spec) {
           {"partial_factor", l.rope.partial_factor},
           {"rotated_pairs", l.rope.rotated_pairs(l.head_dim)},
           {"freq_base_dim", l.rope.freq_base_dim},
-          {"scaling_factor", l.rope.scaling_factor}}},
+          {"scaling_factor", l.rope.scaling_factor},
+          {"freq_factors", l.rope.freq_factors}}},
     });
   }
   out["layers"] = std::move(layers);

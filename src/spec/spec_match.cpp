@@ -68,7 +68,8 @@ std::vector<std::string> check_manifest_matches_weights(const ModelSpec& m, cons
     if (a.window != b.window)
       notes.push_back(layer + ": window " + std::to_string(a.window) + " (manifest) vs " + std::to_string(b.window) + " (weights' config)");
     if (a.rope.theta != b.rope.theta || a.rope.partial_factor != b.rope.partial_factor ||
-        a.rope.freq_base_dim != b.rope.freq_base_dim || a.rope.scaling_factor != b.rope.scaling_factor)
+        a.rope.freq_base_dim != b.rope.freq_base_dim || a.rope.scaling_factor != b.rope.scaling_factor ||
+        a.rope.freq_factors != b.rope.freq_factors)
       notes.push_back(layer + ": RoPE theta " + num(a.rope.theta) + "/partial " + num(a.rope.partial_factor) + "/base dim " +
                       std::to_string(a.rope.freq_base_dim) + "/scaling " + num(a.rope.scaling_factor) +
                       " (manifest) vs " + num(b.rope.theta) + "/" + num(b.rope.partial_factor) + "/" +
