@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import TOOLS, _locked, model_dir, work_dir
+from conftest import TOOLS, _locked, model_dir, work_dir  # noqa: F401  (TOOLS: for the tests)
 
 import gemma4_gguf as g4  # noqa: E402
 

@@ -133,6 +133,58 @@ def test_llama_cpp_logits_agree_with_lumen(qtype, tmp_path):
         f"{qtype}: llama.cpp vs Lumen worst relative difference {rel.max():.3g} (bound {bound}), top-1 {top1:.3f}"
 
 
+def _llama_cpp_pin() -> str | None:
+    req = (support.TOOLS / "requirements-test.txt").read_text()
+    for line in req.splitlines():
+        name, _, version = line.partition("==")
+        if name.strip().lower().replace("_", "-") == "llama-cpp-python":
+            return version.strip()
+    return None
+
+
+def test_writer_matches_llama_cpp_converter(tmp_path):
+    """llama.cpp's own convert_hf_to_gguf.py (from the pinned llama-cpp-python sdist, which
+    scripts/setup keeps in .cache/sdist) writes the same file as tools/gemma4_gguf.py: every
+    metadata key and value (but general.name/type/size_label, which it derives from the folder)
+    and every tensor's name, type, shape and bytes."""
+    import gguf
+    import subprocess
+    import sys
+    import tarfile
+
+    version = _llama_cpp_pin()
+    if version is None:
+        pytest.skip("llama-cpp-python is not pinned in tools/requirements-test.txt yet")
+    sdist = support.TOOLS.parent / ".cache" / "sdist" / f"llama_cpp_python-{version}.tar.gz"
+    assert sdist.is_file(), f"{sdist} is missing: run scripts/setup --test"
+    top = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(top) and m.isfile() and (
+            m.name == top + "convert_hf_to_gguf.py" or m.name.startswith(top + "conversion/")
+            or m.name.startswith(top + "gguf-py/gguf/"))]
+        tar.extractall(tmp_path, members=members, filter="data")
+    converter = tmp_path / top / "convert_hf_to_gguf.py"
+    theirs = tmp_path / "llama-cpp.gguf"
+    cp = subprocess.run([sys.executable, str(converter), str(support.hf_dir()), "--outfile", str(theirs),
+                         "--outtype", "f32"], capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    a, b = gguf.GGUFReader(str(theirs)), gguf.GGUFReader(str(support.gguf_file("F32")))
+    derived = {"general.name", "general.type", "general.size_label"}
+
+    def fields(r):
+        return {k: (f.types, f.contents()) for k, f in r.fields.items()
+                if not k.startswith("GGUF.") and k not in derived}
+
+    fa, fb = fields(a), fields(b)
+    assert sorted(fa) == sorted(fb)
+    for k in fa:
+        assert fa[k] == fb[k], k
+    assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+    for ta, tb in zip(a.tensors, b.tensors):
+        assert (ta.tensor_type, ta.shape.tolist()) == (tb.tensor_type, tb.shape.tolist()), ta.name
+        assert np.array_equal(np.asarray(ta.data), np.asarray(tb.data)), ta.name
+
+
 def test_greedy_through_the_cache_matches_transformers():
     path = support.gguf_file("F32")
     model = ref.load(support.dequantized_dir("F32"))
