@@ -133,6 +133,28 @@ def test_llama_cpp_logits_agree_with_lumen(qtype, tmp_path):
         f"{qtype}: llama.cpp vs Lumen worst relative difference {rel.max():.3g} (bound {bound}), top-1 {top1:.3f}"
 
 
+def test_bench_vs_llama_cpp_runs_both_sides():
+    """tools/bench_vs_llamacpp.py on a tiny file: both engines measured, ratios printed (the
+    figures themselves are a benchmark's, never asserted)."""
+    import subprocess
+    import sys
+
+    from conftest import lumen_bin
+
+    pytest.importorskip("llama_cpp")
+    path = support.gguf_file("Q8_0")
+    limits = {"read_bandwidth_gbs": 10.0, "int8_peak_gops": 100.0, "threads": 2, "isa": "given"}
+    limits_file = support.root() / "limits-smoke.json"
+    limits_file.write_text(json.dumps(limits))
+    cp = subprocess.run([sys.executable, str(support.TOOLS / "bench_vs_llamacpp.py"), str(path), "--lumen", lumen_bin(),
+                         "-p", "16", "-n", "4", "--limits", str(limits_file), "--flash-attn", "off", "--json"],
+                        capture_output=True, text=True, timeout=600)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    r = json.loads(cp.stdout)
+    assert r["lumen"]["prefill_tokens_per_s"] > 0 and r["llama_cpp"][0]["prefill_tokens_per_s"] > 0
+    assert r["ratio_prefill"] > 0 and r["ratio_decode"] > 0
+
+
 def _llama_cpp_pin() -> str | None:
     req = (support.TOOLS / "requirements-test.txt").read_text()
     for line in req.splitlines():
