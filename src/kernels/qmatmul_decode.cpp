@@ -63,7 +63,7 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
                          std::span<float* const> ys) {
   if (ws.size() != ys.size()) throw Error("matmul_shared_input: " + std::to_string(ws.size()) + " matrices but " +
                                           std::to_string(ys.size()) + " outputs");
-  bool fused = T == 1 && ws.size() <= 8;
+  bool fused = T == 1 && ws.size() <= 8 && !exact_matmul();
   for (const auto* w : ws) fused = fused && decode_kernel_applies(*w) && w->cols == ws[0]->cols;
   if (fused) return qmatvec_q4(x, ws, ys, active_isa());
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, T, *ws[i], ys[i]);
