@@ -51,7 +51,7 @@ void quantize_block_activations_avx2(const float* x, int64_t K, int8_t* q, float
     // packs interleave the 128-bit lanes; the permute puts the 32 bytes back in order.
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     const __m256i qv = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 32 * c), qv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * c), qv);
     d[c] = dx;
     const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qv), ones16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_sums + 8 * c), lanes);
