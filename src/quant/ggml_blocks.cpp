@@ -286,6 +286,18 @@ int ggml_iq4_xs_scale(const uint8_t* block, int j) {
   return low | (((scales_h >> (2 * j)) & 3) << 4);
 }
 
+GgmlScaleFields ggml_block_scale_fields(int ggml_type) {
+  switch (ggml_type) {
+    case ggml_type::Q4_0: case ggml_type::Q5_0: case ggml_type::Q8_0:
+    case ggml_type::IQ4_NL: case ggml_type::IQ4_XS: return {{0, -1}};
+    case ggml_type::Q4_1: case ggml_type::Q5_1: case ggml_type::Q4_K: case ggml_type::Q5_K: return {{0, 2}};
+    case ggml_type::Q2_K: return {{80, 82}};
+    case ggml_type::Q3_K: return {{108, -1}};
+    case ggml_type::Q6_K: return {{208, -1}};
+    default: return {{-1, -1}};
+  }
+}
+
 bool ggml_can_dequantize(int ggml_type) { return layout_of(ggml_type).name != nullptr; }
 
 const char* ggml_blocks_type_name(int ggml_type) {

@@ -84,6 +84,13 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ2_K) == 84 &&
               sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
 
+// Byte offsets of a block's f16 scale fields (d, then dmin / m), -1 for none: what a test or
+// benchmark that fills blocks with random bytes must set to finite scales.
+struct GgmlScaleFields {
+  int16_t offsets[2];
+};
+GgmlScaleFields ggml_block_scale_fields(int ggml_type);
+
 // True for the types dequantize_ggml_row handles.
 bool ggml_can_dequantize(int ggml_type);
 // "Q4_K"; "ggml type N" for a type this file does not handle.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "quant/ggml_blocks.h"
 #include "quant/weight_matrix.h"
 
 namespace lumen::test_blocks {
@@ -20,18 +21,6 @@ struct SplitMix64 {
   }
 };
 
-// Byte offsets of the f16 scale fields of one block.
-inline std::vector<size_t> half_fields(quant::WeightFormat f) {
-  using F = quant::WeightFormat;
-  switch (f) {
-    case F::Q4_1: case F::Q5_1: case F::Q4_K: case F::Q5_K: return {0, 2};
-    case F::Q2_K: return {80, 82};
-    case F::Q3_K: return {108};
-    case F::Q6_K: return {208};
-    default: return {0};
-  }
-}
-
 // `blocks` blocks of format f. max_exponent bounds the halves' exponent field (22 by default:
 // up to ~2^7; smaller keeps sums of many blocks in a comfortable range).
 inline std::vector<uint8_t> random_blocks(quant::WeightFormat f, int64_t blocks, uint64_t seed,
@@ -43,7 +32,8 @@ inline std::vector<uint8_t> random_blocks(quant::WeightFormat f, int64_t blocks,
   for (int64_t b = 0; b < blocks; ++b) {
     std::vector<uint8_t> block(info.block_bytes);
     for (auto& byte : block) byte = uint8_t(rng.next() & 0xFF);
-    for (size_t off : half_fields(f)) {
+    for (int16_t off : quant::ggml_block_scale_fields(info.ggml_type).offsets) {
+      if (off < 0) continue;
       const uint64_t r = rng.next();
       const uint16_t half = uint16_t((r & 0x83FF) | ((8 + (r >> 16) % uint64_t(max_exponent - 7)) << 10));
       std::memcpy(&block[off], &half, 2);
