@@ -3,6 +3,8 @@
 #include "kernels/block_matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -228,8 +230,30 @@ void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, 
   }
 }
 
-const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T, int64_t K, Isa isa) {
+namespace {
+std::atomic<int> g_block_mode{-1};  // -1: not read from the environment yet
+}  // namespace
+
+BlockActivationMode block_activations() {
+  int v = g_block_mode.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("LUMEN_BLOCK_ACT");
+    const std::string name = env != nullptr ? env : "int8x2";
+    if (name == "int8") v = int(BlockActivationMode::Int8);
+    else if (name == "int8x2") v = int(BlockActivationMode::Int8x2);
+    else throw Error("LUMEN_BLOCK_ACT=" + in_quotes(name) + " is not one of: int8, int8x2");
+    g_block_mode.store(v, std::memory_order_relaxed);
+  }
+  return BlockActivationMode(v);
+}
+
+void set_block_activations(BlockActivationMode mode) { g_block_mode.store(int(mode), std::memory_order_relaxed); }
+
+const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T_in, int64_t K, Isa isa,
+                                                        BlockActivationMode mode) {
   if (K % 32 != 0) throw Error("block kernels: " + std::to_string(K) + " columns are not whole 32-element blocks");
+  const bool split = mode == BlockActivationMode::Int8x2;
+  const int64_t T = split ? 2 * T_in : T_in;
   auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t q_bytes = round64(size_t(T * K)), d_bytes = round64(size_t(T * (K / 32)) * 4),
                h_bytes = round64(size_t(T * (K / 16)) * 4), l_bytes = round64(size_t(T * (K / 4)) * 4);
@@ -242,15 +266,27 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
   acts_.d = reinterpret_cast<float*>(base + q_bytes);
   acts_.half_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes);
   acts_.lane_sums = reinterpret_cast<int32_t*>(base + q_bytes + d_bytes + h_bytes);
-  auto one = [&](int64_t t) {
-    quantize_block_activations(x + t * K, K, acts_.q + t * K, acts_.d + t * (K / 32), acts_.half_sums + t * (K / 16),
-                               acts_.lane_sums + t * (K / 4), isa);
+  auto row = [&](const float* v, int64_t r) {
+    quantize_block_activations(v, K, acts_.q + r * K, acts_.d + r * (K / 32), acts_.half_sums + r * (K / 16),
+                               acts_.lane_sums + r * (K / 4), isa);
   };
-  if (T > 1) {
-    ThreadPool::global().parallel_for(T, [&](int64_t a, int64_t b) {
+  auto one = [&](int64_t t) {
+    const float* v = x + t * K;
+    if (!split) return row(v, t);
+    row(v, 2 * t);
+    // The residual in f32 by this (baseline-compiled) code whatever the ISA, so both halves
+    // are bit-identical on every ISA.
+    std::vector<float> residual(static_cast<size_t>(K));
+    const int8_t* q = acts_.q + 2 * t * K;
+    const float* d = acts_.d + 2 * t * (K / 32);
+    for (int64_t c = 0; c < K; ++c) residual[size_t(c)] = v[c] - float(q[c]) * d[c / 32];
+    row(residual.data(), 2 * t + 1);
+  };
+  if (T_in > 1) {
+    ThreadPool::global().parallel_for(T_in, [&](int64_t a, int64_t b) {
       for (int64_t t = a; t < b; ++t) one(t);
     });
-  } else if (T == 1) {
+  } else if (T_in == 1) {
     one(0);
   }
   return acts_;
@@ -269,13 +305,24 @@ BlockTileFn tile_for(WeightFormat format, Isa isa) {
 }  // namespace
 
 void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  block_matmul_isa(x, T, w, y, isa, block_activations());
+}
+
+void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w, float* y_out, Isa isa,
+                      BlockActivationMode mode) {
   if (!quant::is_ggml_block_format(w.format))
     throw Error(std::string("block kernels: format ") + quant::format_name(w.format) + " is not a ggml block format");
   const int64_t K = w.cols, N = w.rows;
-  if (T <= 0 || N <= 0) return;
+  if (T_in <= 0 || N <= 0) return;
   const BlockTileFn tile = tile_for(w.format, isa);
   thread_local BlockActivationBuffer buffer;
-  const BlockActivations& acts = buffer.quantize(x, T, K, isa);
+  const BlockActivations& acts = buffer.quantize(x, T_in, K, isa, mode);
+  // Split activations: the halves are rows 2t and 2t + 1, summed at the end.
+  const bool split = mode == BlockActivationMode::Int8x2;
+  const int64_t T = acts.T;
+  thread_local std::vector<float> halves;
+  if (split) halves.resize(size_t(T * N));
+  float* y = split ? halves.data() : y_out;
   const size_t row_bytes = w.row_bytes();
   const auto* base = static_cast<const std::byte*>(w.data);
   const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
@@ -293,6 +340,11 @@ void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, f
           const int nr = int(std::min<int64_t>(kBlockTileRows, N - r0));
           tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + r0, N);
         }
+      }
+      if (split) {  // this part's rows are done for every token
+        const int64_t r0 = b0 * kBlockTileRows, r1 = std::min(N, b1 * kBlockTileRows);
+        for (int64_t t = 0; t < T_in; ++t)
+          for (int64_t r = r0; r < r1; ++r) y_out[t * N + r] = y[2 * t * N + r] + y[(2 * t + 1) * N + r];
       }
     }
   });

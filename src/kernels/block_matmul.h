@@ -47,11 +47,27 @@ struct BlockActivations {
   const int32_t* lane_sums_of(int64_t t) const { return lane_sums + t * (K / 4); }
 };
 
+// How the block kernels quantize activations.
+//   Int8:   x ~ dx * q, one int8 per element (ggml's q8_0).
+//   Int8x2: x ~ dx1 * q1 + dx2 * q2, q2 the int8 quantization of the residual x - dx1 * q1 at
+//           its own per-block scale (<= dx1 / 254): each token becomes two rows of
+//           activations (hi, lo) that go through the same tiles, and y = y_hi + y_lo. Twice
+//           the multiply-adds, the weights still read once; the activations' rounding then
+//           costs nothing measurable (Gemma's hidden states have per-block outliers that
+//           make single int8 lose ~1.7% perplexity on the 270M). The default.
+// LUMEN_BLOCK_ACT=int8|int8x2 chooses at start-up; set_block_activations() in tests.
+enum class BlockActivationMode { Int8, Int8x2 };
+BlockActivationMode block_activations();  // throws lumen::Error on a bad LUMEN_BLOCK_ACT
+void set_block_activations(BlockActivationMode mode);
+
 // Owns the storage of BlockActivations (reused across calls: grows, never shrinks).
 class BlockActivationBuffer {
  public:
   // Quantizes x [T, K] (K a multiple of 32) with the given ISA's code, over the pool for T > 1.
-  const BlockActivations& quantize(const float* x, int64_t T, int64_t K, Isa isa);
+  // Int8x2: 2T rows, token t's hi half in row 2t and lo half in row 2t + 1 (bit-identical on
+  // every ISA: the residual is formed by one baseline-compiled piece of code).
+  const BlockActivations& quantize(const float* x, int64_t T, int64_t K, Isa isa,
+                                   BlockActivationMode mode = BlockActivationMode::Int8);
 
  private:
   std::vector<std::byte> storage_;
@@ -91,8 +107,11 @@ struct FormatKernels {
 // The row of a format (every WeightFormat has one).
 const FormatKernels& format_kernels(quant::WeightFormat format);
 
-// y[t, r] = sum_c x[t, c] W[r, c] for a ggml block-format matrix on the given ISA.
+// y[t, r] = sum_c x[t, c] W[r, c] for a ggml block-format matrix on the given ISA, with the
+// activations as block_activations() says or as given.
 void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa);
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
+                      BlockActivationMode mode);
 
 namespace detail {
 // The decoded 32-element blocks of a row, the canonical integers and scales above:

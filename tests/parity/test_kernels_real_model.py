@@ -47,7 +47,7 @@ def kjv_text(tmp_path_factory) -> Path:
 
 
 def _perplexity(model_file, kjv_text, *flags) -> dict:
-    cp = run_lumen(*flags, "perplexity", "-m", model_file, "-f", kjv_text, "--ctx", PPL_CTX, "--json")
+    cp = run_lumen(*flags, "perplexity", "-m", model_file, "-f", kjv_text, "--ctx", PPL_CTX, "--json", timeout=1200)
     assert cp.returncode == 0, describe(cp)
     return json.loads(cp.stdout)
 

@@ -136,7 +136,7 @@ TEST(BlockKernels, ScalarReferenceIsTheDequantizedProduct) {
     const Matrix m = random_matrix(f, rows, cols, 21);
     const auto x = activations(T * cols, 7);
     std::vector<float> y(static_cast<size_t>(T * rows));
-    kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar);
+    kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar, kernels::BlockActivationMode::Int8);
     kernels::BlockActivationBuffer buf;
     const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
     std::vector<float> row(static_cast<size_t>(cols));
@@ -168,45 +168,76 @@ TEST(BlockKernels, EveryIsaMatchesTheScalarReferenceOnOddSizes) {
       const int64_t cols = s.blocks * std::max<int64_t>(info.block_elems, 32) * (info.block_elems == 32 ? 3 : 1);
       const Matrix m = random_matrix(f, s.rows, cols, uint64_t(s.rows * 100 + s.T));
       const auto x = activations(s.T * cols, uint32_t(cols + s.T));
+      for (auto mode : {kernels::BlockActivationMode::Int8, kernels::BlockActivationMode::Int8x2}) {
       std::vector<float> want(static_cast<size_t>(s.T * s.rows)), got(want.size());
-      kernels::block_matmul_isa(x.data(), s.T, m.w, want.data(), kernels::Isa::Scalar);
+      kernels::block_matmul_isa(x.data(), s.T, m.w, want.data(), kernels::Isa::Scalar, mode);
       // The scale of the f32 rounding: the largest output of the same activations against |W|.
       float scale = 0.0f;
       for (float v : want) scale = std::max(scale, std::fabs(v));
       for (auto isa : isas) {
         std::fill(got.begin(), got.end(), std::nanf(""));
-        kernels::block_matmul_isa(x.data(), s.T, m.w, got.data(), isa);
+        kernels::block_matmul_isa(x.data(), s.T, m.w, got.data(), isa, mode);
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_NEAR(got[i], want[i], 2e-5f * scale + 1e-30f)
               << name_of(f) << " on " << kernels::isa_name(isa) << ", rows " << s.rows << " cols " << cols << " T "
-              << s.T << ", output " << i;
+              << s.T << ", output " << i << (mode == kernels::BlockActivationMode::Int8x2 ? ", split" : "");
+      }
       }
     }
   }
 }
 
 // The fast path against the exact f32 path through kernels::matmul: the only difference is
-// the activations' int8 rounding (relative error well under 1% on these sizes).
+// the activations' rounding (int8: a few percent here; split int8x2: 50x less).
 TEST(BlockKernels, FastPathIsCloseToTheExactPath) {
   for (WeightFormat f : kBlockFormats) {
     const auto& info = quant::format_info(f);
     const int64_t rows = 6, cols = 2 * std::max<int64_t>(info.block_elems, 128), T = 2;
     const Matrix m = random_matrix(f, rows, cols, 5);
     const auto x = activations(T * cols, 3);
-    std::vector<float> fast(static_cast<size_t>(T * rows)), exact(fast.size());
-    kernels::set_exact_matmul(false);
-    kernels::matmul(x.data(), T, m.w, fast.data());
+    std::vector<float> int8(static_cast<size_t>(T * rows)), split(int8.size()), exact(int8.size());
+    kernels::set_block_activations(kernels::BlockActivationMode::Int8);
+    kernels::matmul(x.data(), T, m.w, int8.data());
+    kernels::set_block_activations(kernels::BlockActivationMode::Int8x2);
+    kernels::matmul(x.data(), T, m.w, split.data());
     kernels::set_exact_matmul(true);
     kernels::matmul(x.data(), T, m.w, exact.data());
     kernels::set_exact_matmul(false);
-    double err = 0.0, norm = 0.0;
-    for (size_t i = 0; i < fast.size(); ++i) {
-      err += double(fast[i] - exact[i]) * (fast[i] - exact[i]);
-      norm += double(exact[i]) * exact[i];
-    }
-    EXPECT_LT(std::sqrt(err / norm), 0.05) << name_of(f);
-    EXPECT_GT(norm, 0.0) << name_of(f);
+    auto rel_error = [&](const std::vector<float>& got) {
+      double err = 0.0, norm = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += double(got[i] - exact[i]) * (got[i] - exact[i]);
+        norm += double(exact[i]) * exact[i];
+      }
+      EXPECT_GT(norm, 0.0) << name_of(f);
+      return std::sqrt(err / norm);
+    };
+    EXPECT_LT(rel_error(int8), 0.05) << name_of(f);
+    // The residual half is ~254x finer: what is left is f32 rounding and lo's own rounding.
+    EXPECT_LT(rel_error(split), rel_error(int8) / 50) << name_of(f);
   }
+}
+
+TEST(BlockKernels, SplitActivationsAreHiThenResidual) {
+  const int64_t K = 96;
+  const auto x = activations(K, 5);
+  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2}) {
+    if (!kernels::cpu_supports(isa)) continue;
+    kernels::BlockActivationBuffer single, pair;
+    const auto& a = single.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8);
+    const auto& b = pair.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8x2);
+    ASSERT_EQ(b.T, 2);
+    EXPECT_EQ(std::memcmp(a.q_of(0), b.q_of(0), size_t(K)), 0);  // hi = single int8 exactly
+    for (int64_t c = 0; c < K; ++c) {
+      const float hi = b.d_of(0)[c / 32] * b.q_of(0)[c], lo = b.d_of(1)[c / 32] * b.q_of(1)[c];
+      EXPECT_LE(std::fabs(x[size_t(c)] - hi - lo), b.d_of(0)[c / 32] / 254 + 1e-6f) << c;
+    }
+  }
+  setenv("LUMEN_BLOCK_ACT", "int16", 1);
+  kernels::set_block_activations(kernels::BlockActivationMode(-1));
+  EXPECT_THROW(kernels::block_activations(), Error);
+  unsetenv("LUMEN_BLOCK_ACT");
+  kernels::set_block_activations(kernels::BlockActivationMode::Int8x2);
 }
 
 TEST(BlockKernels, FormatTableHasARowForEveryFormat) {
