@@ -257,7 +257,7 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
   auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t q_bytes = round64(size_t(T * K)), d_bytes = round64(size_t(T * (K / 32)) * 4),
                h_bytes = round64(size_t(T * (K / 16)) * 4), l_bytes = round64(size_t(T * (K / 4)) * 4);
-  const size_t need = q_bytes + d_bytes + h_bytes + l_bytes + 64;
+  const size_t need = q_bytes + 2 * d_bytes + h_bytes + l_bytes + 64;
   if (storage_.size() < need) storage_.resize(need);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage_.data()) + 63) & ~uintptr_t(63));
   acts_.K = K;
@@ -266,9 +266,16 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
   acts_.d = reinterpret_cast<float*>(base + q_bytes);
   acts_.half_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes);
   acts_.lane_sums = reinterpret_cast<int32_t*>(base + q_bytes + d_bytes + h_bytes);
+  acts_.block_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes + h_bytes + l_bytes);
   auto row = [&](const float* v, int64_t r) {
     quantize_block_activations(v, K, acts_.q + r * K, acts_.d + r * (K / 32), acts_.half_sums + r * (K / 16),
                                acts_.lane_sums + r * (K / 4), isa);
+    const int32_t* lanes = acts_.lane_sums + r * (K / 4);
+    for (int64_t c = 0; c < K / 32; ++c) {
+      int32_t s = 0;
+      for (int l = 0; l < 8; ++l) s += lanes[8 * c + l];
+      acts_.block_sums[r * (K / 32) + c] = acts_.d[r * (K / 32) + c] * float(s);
+    }
   };
   auto one = [&](int64_t t) {
     const float* v = x + t * K;

@@ -31,7 +31,7 @@ namespace lumen::kernels {
 
 // T tokens' activations quantized per 32-element block: per token K int8 values, K/32 scales
 // dx (max|x| / 127, values rounded to nearest even: bit-identical on every ISA), K/16 half
-// sums S = dx * (sum of q over 16 elements), and K/4 lane sums (sum of 4 consecutive q, the
+// sums S = dx * (sum of q over 16 elements), the same over 32, and K/4 lane sums (sum of 4 consecutive q, the
 // correction for weights stored with an offset).
 struct BlockActivations {
   int64_t K = 0;
@@ -39,11 +39,13 @@ struct BlockActivations {
   int8_t* q = nullptr;           // [T, K], 64-byte aligned rows
   float* d = nullptr;            // [T, K/32]
   float* half_sums = nullptr;    // [T, K/16]
+  float* block_sums = nullptr;   // [T, K/32]: dx * (sum of q over the block)
   int32_t* lane_sums = nullptr;  // [T, K/4]
 
   const int8_t* q_of(int64_t t) const { return q + t * K; }
   const float* d_of(int64_t t) const { return d + t * (K / 32); }
   const float* half_sums_of(int64_t t) const { return half_sums + t * (K / 16); }
+  const float* block_sums_of(int64_t t) const { return block_sums + t * (K / 32); }
   const int32_t* lane_sums_of(int64_t t) const { return lane_sums + t * (K / 4); }
 };
 

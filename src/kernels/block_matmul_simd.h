@@ -65,7 +65,8 @@ struct Decoder<WeightFormat::Q4_0> {
   static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
   static __m256i weights(const uint8_t* b, const Ctx&, int) { return nibbles32(b + 2); }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 template <>
@@ -76,7 +77,10 @@ struct Decoder<WeightFormat::Q4_1> {
   static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b), c.m = f16(b + 2); }
   static __m256i weights(const uint8_t* b, const Ctx&, int) { return nibbles32(b + 4); }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx& c, const float* hs) { return c.m * hs[0] + c.m * hs[1]; }
+  static float min_half(const Ctx& c, int, int) { return c.m; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) {
+    acc = _mm256_add_ps(acc, _mm256_setr_ps(c.m * s32[0], 0, 0, 0, 0, 0, 0, 0));
+  }
 };
 
 template <>
@@ -90,7 +94,8 @@ struct Decoder<WeightFormat::Q5_0> {
     return _mm256_or_si256(nibbles32(b + 6), high);
   }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 template <>
@@ -104,7 +109,10 @@ struct Decoder<WeightFormat::Q5_1> {
     return _mm256_or_si256(nibbles32(b + 8), high);
   }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx& c, const float* hs) { return c.m * hs[0] + c.m * hs[1]; }
+  static float min_half(const Ctx& c, int, int) { return c.m; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) {
+    acc = _mm256_add_ps(acc, _mm256_setr_ps(c.m * s32[0], 0, 0, 0, 0, 0, 0, 0));
+  }
 };
 
 template <>
@@ -115,7 +123,8 @@ struct Decoder<WeightFormat::Q8_0> {
   static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
   static __m256i weights(const uint8_t* b, const Ctx&, int) { return load256(b + 2); }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 template <>
@@ -126,7 +135,8 @@ struct Decoder<WeightFormat::IQ4_NL> {
   static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
   static __m256i weights(const uint8_t* b, const Ctx&, int) { return iq4_lookup(nibbles32(b + 2)); }
   static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 // --- 256-element super-blocks: 8 sub-blocks of 32 ---------------------------------------
@@ -148,10 +158,10 @@ struct Decoder<WeightFormat::Q2_K> {
     return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
   }
   static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
-  static float mins(const Ctx& c, const float* hs) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; ++i) s += c.mw[i] * hs[i];
-    return s;
+  static float min_half(const Ctx& c, int k, int h) { return c.mw[2 * k + h]; }
+  static void add_mins(const Ctx& c, const float* hs, const float*, __m256& acc) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(c.mw), _mm256_loadu_ps(hs), acc);
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(c.mw + 8), _mm256_loadu_ps(hs + 8), acc);
   }
 };
 
@@ -174,24 +184,25 @@ struct Decoder<WeightFormat::Q3_K> {
     return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(4)));
   }
   static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
+// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (ggml's get_scale_min_k4).
 struct KScalesMins {
   float sw[8], mw[8];
   void load(const uint8_t* b) {
     const float d = f16(b), dmin = f16(b + 2);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, mn;
-      quant::ggml_k_scale_min(j, b + 4, &sc, &mn);
-      sw[j] = d * float(sc);
-      mw[j] = -(dmin * float(mn));
+    const uint8_t* q = b + 4;
+    for (int j = 0; j < 4; ++j) {
+      sw[j] = d * float(q[j] & 63);
+      mw[j] = -(dmin * float(q[j + 4] & 63));
+      sw[j + 4] = d * float((q[j + 8] & 0x0F) | ((q[j] >> 6) << 4));
+      mw[j + 4] = -(dmin * float((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4)));
     }
   }
-  float mins(const float* hs) const {
-    float s = 0.0f;
-    for (int j = 0; j < 8; ++j) s += mw[j] * hs[2 * j] + mw[j] * hs[2 * j + 1];
-    return s;
+  void add_mins(const float* s32, __m256& acc) const {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(mw), _mm256_loadu_ps(s32), acc);
   }
 };
 
@@ -206,7 +217,8 @@ struct Decoder<WeightFormat::Q4_K> {
     return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
   }
   static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
-  static float mins(const Ctx& c, const float* hs) { return c.mins(hs); }
+  static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
 };
 
 template <>
@@ -223,7 +235,8 @@ struct Decoder<WeightFormat::Q5_K> {
     return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(0x10)));
   }
   static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
-  static float mins(const Ctx& c, const float* hs) { return c.mins(hs); }
+  static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
 };
 
 template <>
@@ -245,7 +258,8 @@ struct Decoder<WeightFormat::Q6_K> {
     return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
   }
   static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 template <>
@@ -259,7 +273,8 @@ struct Decoder<WeightFormat::IQ4_XS> {
   }
   static __m256i weights(const uint8_t* b, const Ctx&, int k) { return iq4_lookup(nibbles32(b + 8 + 16 * k)); }
   static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
-  static float mins(const Ctx&, const float*) { return 0.0f; }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 // --- the tile ------------------------------------------------------------------------------
@@ -333,25 +348,31 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
   const int64_t blocks = a.K / info.block_elems;
   constexpr int kCorr = correction_offset<D>();
   const uint8_t* row[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) row[r] = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
   const int8_t* q[NT];
   const float* dx[NT];
   const float* hs[NT];
+  const float* s32[NT];
   const int32_t* lanes[NT];
+  #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     q[t] = a.q_of(t0 + t);
     dx[t] = a.d_of(t0 + t);
     hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
     lanes[t] = a.lane_sums_of(t0 + t);
   }
   __m256 acc[R][NT];
-  float min_acc[R][NT];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps(), min_acc[r][t] = 0.0f;
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
 
   for (int64_t sb = 0; sb < blocks; ++sb) {
     typename D::Ctx ctx[R];
     const uint8_t* blk[R];
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       blk[r] = row[r] + size_t(sb) * info.block_bytes;
       D::prepare(blk[r], ctx[r]);
@@ -360,10 +381,12 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
       const int64_t c = sb * sub + k;
       RowWeights<D> rw[R];
       __m256 sw[R];
+      #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         rw[r] = prepare_row<D>(D::weights(blk[r], ctx[r], k));
         sw[r] = D::scales(ctx[r], k);
       }
+      #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
         __m256i corr = _mm256_setzero_si256();
@@ -372,19 +395,24 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
           corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(l, log2_of(kCorr)));
         }
         const __m256 d = _mm256_set1_ps(dx[t][c]);
+        #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256 prod = _mm256_cvtepi32_ps(int_dot<D>(rw[r], x, corr));
           acc[r][t] = _mm256_fmadd_ps(prod, _mm256_mul_ps(sw[r], d), acc[r][t]);
         }
       }
     }
-    if constexpr (D::kHasMin) {
+    if constexpr (D::kHasMin) {  // the min terms join the lanes of the same accumulator
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
-        for (int t = 0; t < NT; ++t) min_acc[r][t] += D::mins(ctx[r], hs[t] + 2 * sb * sub);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 2 * sb * sub, s32[t] + sb * sub, acc[r][t]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]) + min_acc[r][t];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
 }
 
 // The driver's tile: up to kBlockTileRows x kBlockTileTokens, from sub-tiles of kRows x
@@ -450,18 +478,8 @@ void decode_row(const void* row, int64_t n, int8_t* w, float* sw, float* mw) {
       _mm256_store_ps(s, D::scales(ctx, k));
       sw[2 * c] = s[0];
       sw[2 * c + 1] = s[4];
-      // The min of each half: the block's min term against unit half sums of that half.
-      if constexpr (D::kHasMin) {
-        float unit[16] = {};
-        for (int h = 0; h < 2; ++h) {
-          const int idx = int(2 * k + h);
-          unit[idx] = 1.0f;
-          mw[2 * c + h] = D::mins(ctx, unit);
-          unit[idx] = 0.0f;
-        }
-      } else {
-        mw[2 * c] = mw[2 * c + 1] = 0.0f;
-      }
+      mw[2 * c] = D::min_half(ctx, k, 0);
+      mw[2 * c + 1] = D::min_half(ctx, k, 1);
     }
   }
 }
