@@ -416,27 +416,25 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
 }
 
 // The driver's tile: up to kBlockTileRows x kBlockTileTokens, from sub-tiles of kRows x
-// kTokens (the ISA's register budget), single rows / tokens at the edges.
+// kTokens (the ISA's register budget), kBlockTileRows x 1 or 2 for one token (decode; two with
+// split activations) so each weight block is decoded once per tile, single rows at the edges.
+template <WeightFormat F, int R, int kTokens>
+void tile_rows(const std::byte* p, size_t row_bytes, const BlockActivations& a, int64_t t0, int nt, float* y,
+               int64_t ldy) {
+  int t = 0;
+  for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, R, kTokens>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t + 2 <= nt; t += 2) tile_fixed<F, R, 2>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t < nt; ++t) tile_fixed<F, R, 1>(p, row_bytes, a, t0 + t, y, ldy);
+}
+
 template <WeightFormat F, int kRows, int kTokens>
 void tile(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt, float* y,
           int64_t ldy) {
+  if (nt <= 2 && nr == kBlockTileRows) return tile_rows<F, kBlockTileRows, 2>(rows, row_bytes, a, t0, nt, y, ldy);
   int r = 0;
-  for (; r + kRows <= nr; r += kRows) {
-    const std::byte* p = rows + size_t(r) * row_bytes;
-    int t = 0;
-    if (nt == 1) {
-      tile_fixed<F, kRows, 1>(p, row_bytes, a, t0, y + r, ldy);
-      continue;
-    }
-    for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, kRows, kTokens>(p, row_bytes, a, t0 + t, y + r, ldy);
-    for (; t < nt; ++t) tile_fixed<F, kRows, 1>(p, row_bytes, a, t0 + t, y + r, ldy);
-  }
-  for (; r < nr; ++r) {
-    const std::byte* p = rows + size_t(r) * row_bytes;
-    int t = 0;
-    for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, 1, kTokens>(p, row_bytes, a, t0 + t, y + r, ldy);
-    for (; t < nt; ++t) tile_fixed<F, 1, 1>(p, row_bytes, a, t0 + t, y + r, ldy);
-  }
+  for (; r + kRows <= nr; r += kRows)
+    tile_rows<F, kRows, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
+  for (; r < nr; ++r) tile_rows<F, 1, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
 }
 
 template <int kRows, int kTokens>
