@@ -70,7 +70,7 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
   // Many tokens: one prefill call (activations quantized once for all the matrices).
   const Isa isa = active_isa();
   const Q8Activations q8_mode = q8_activations();
-  bool prefill = ws.size() <= 8;
+  bool prefill = ws.size() <= 8 && !exact_matmul();
   for (const auto* w : ws)
     prefill = prefill && prefill_kernel(w->format, isa, T, q8_mode) && w->cols == ws[0]->cols;
   if (prefill) return prefill_matmul(x, T, ws, ys, isa, q8_mode);
