@@ -126,6 +126,8 @@ bool decode_block_row_avx2(quant::WeightFormat format, const void* row, int64_t 
 BlockTileFn block_tile_scalar(quant::WeightFormat format);
 BlockTileFn block_tile_avx2(quant::WeightFormat format);
 BlockTileFn block_tile_avx512(quant::WeightFormat format);
+// block_matmul_avx512.cpp's source built on SIMDe (unit tests on machines without AVX-512).
+BlockTileFn block_tile_avx512_emulated(quant::WeightFormat format);
 void quantize_block_activations_avx2(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
                                      int32_t* lane_sums);
 }  // namespace detail

@@ -10,7 +10,9 @@
 // formats with mins, the min term of a whole block.
 #pragma once
 
+#ifndef LUMEN_TEST_SIMDE_AVX512
 #include <immintrin.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +21,10 @@
 #include "kernels/block_matmul.h"
 #include "quant/ggml_blocks.h"
 
+// Internal linkage: each including file compiles this code for its own ISA, so the same
+// names must never be merged across translation units by the linker.
 namespace lumen::kernels::simd {
+namespace {
 
 using quant::WeightFormat;
 
@@ -482,4 +487,5 @@ void decode_row(const void* row, int64_t n, int8_t* w, float* sw, float* mw) {
   }
 }
 
+}  // namespace
 }  // namespace lumen::kernels::simd

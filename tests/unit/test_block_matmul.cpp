@@ -187,6 +187,40 @@ TEST(BlockKernels, EveryIsaMatchesTheScalarReferenceOnOddSizes) {
   }
 }
 
+#ifdef LUMEN_TEST_SIMDE_AVX512
+// The AVX-512 tiles' own source (VNNI through SIMDe) against the scalar tiles, on machines
+// without AVX-512 (with it, EveryIsaMatchesTheScalarReferenceOnOddSizes runs them natively).
+TEST(BlockKernels, EmulatedAvx512TilesMatchTheScalarReference) {
+  if (!kernels::cpu_supports(kernels::Isa::Avx2)) GTEST_SKIP() << "SIMDe is built on AVX2 here";
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    for (int64_t rows : {1, 3, 4, 7})
+      for (int64_t T : {1, 2, 4, 5}) {
+        const int64_t cols = 2 * std::max<int64_t>(info.block_elems, 64);
+        const Matrix m = random_matrix(f, rows, cols, uint64_t(rows * 10 + T));
+        const auto x = activations(T * cols, uint32_t(T));
+        kernels::BlockActivationBuffer buf;
+        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
+        std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), std::nanf(""));
+        const size_t rb = m.w.row_bytes();
+        const auto* base = reinterpret_cast<const std::byte*>(m.bytes.data());
+        auto scalar = kernels::detail::block_tile_scalar(f), emulated = kernels::detail::block_tile_avx512_emulated(f);
+        for (int64_t r = 0; r < rows; r += kernels::kBlockTileRows)
+          for (int64_t t = 0; t < T; t += kernels::kBlockTileTokens) {
+            const int nr = int(std::min<int64_t>(kernels::kBlockTileRows, rows - r));
+            const int nt = int(std::min<int64_t>(kernels::kBlockTileTokens, T - t));
+            scalar(base + r * rb, rb, nr, a, t, nt, want.data() + r, rows);
+            emulated(base + r * rb, rb, nr, a, t, nt, got.data() + r, rows);
+          }
+        float scale = 0.0f;
+        for (float v : want) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << name_of(f) << " rows " << rows << " T " << T << " output " << i;
+      }
+  }
+}
+#endif
+
 // The fast path against the exact f32 path through kernels::matmul: the only difference is
 // the activations' rounding (int8: a few percent here; split int8x2: 50x less).
 TEST(BlockKernels, FastPathIsCloseToTheExactPath) {
