@@ -324,12 +324,10 @@ void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w
   const BlockTileFn tile = tile_for(w.format, isa);
   thread_local BlockActivationBuffer buffer;
   const BlockActivations& acts = buffer.quantize(x, T_in, K, isa, mode);
-  // Split activations: the halves are rows 2t and 2t + 1, summed at the end.
+  // Split activations: the halves are rows 2t and 2t + 1; each block of rows writes them
+  // into a small per-thread buffer [2T, block rows] and adds them into y.
   const bool split = mode == BlockActivationMode::Int8x2;
   const int64_t T = acts.T;
-  thread_local std::vector<float> halves;
-  if (split) halves.resize(size_t(T * N));
-  float* y = split ? halves.data() : y_out;
   const size_t row_bytes = w.row_bytes();
   const auto* base = static_cast<const std::byte*>(w.data);
   const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
@@ -338,21 +336,26 @@ void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w
   const int64_t block_groups =
       std::max<int64_t>(1, int64_t(128 << 10) / int64_t(row_bytes * kBlockTileRows));
   ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<float> halves;
     for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
       const int64_t b1 = std::min(g1, b0 + block_groups);
+      const int64_t first_row = b0 * kBlockTileRows, rows = std::min(N, b1 * kBlockTileRows) - first_row;
+      if (split && halves.size() < size_t(T * rows)) halves.resize(size_t(T * rows));
+      // Output of row first_row + i, (virtual) token t: y[t * ldy + i].
+      float* y = split ? halves.data() : y_out + first_row;
+      const int64_t ldy = split ? rows : N;
       for (int64_t t = 0; t < T; t += kBlockTileTokens) {
         const int nt = int(std::min<int64_t>(kBlockTileTokens, T - t));
         for (int64_t g = b0; g < b1; ++g) {
           const int64_t r0 = g * kBlockTileRows;
           const int nr = int(std::min<int64_t>(kBlockTileRows, N - r0));
-          tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + r0, N);
+          tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + (r0 - first_row), ldy);
         }
       }
-      if (split) {  // this part's rows are done for every token
-        const int64_t r0 = b0 * kBlockTileRows, r1 = std::min(N, b1 * kBlockTileRows);
+      if (split)
         for (int64_t t = 0; t < T_in; ++t)
-          for (int64_t r = r0; r < r1; ++r) y_out[t * N + r] = y[2 * t * N + r] + y[(2 * t + 1) * N + r];
-      }
+          for (int64_t i = 0; i < rows; ++i)
+            y_out[t * N + first_row + i] = y[2 * t * rows + i] + y[(2 * t + 1) * rows + i];
     }
   });
 }
