@@ -18,7 +18,7 @@ namespace {
 struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
-  bool json = false, machine = false, kernels = false, prefill_kernels = false, exact = false;
+  bool json = false, machine = false, kernels = false, prefill_kernels = false;
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
@@ -34,7 +34,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
   cmd->add_flag("--prefill-kernels", opts->prefill_kernels,
                 "Only time the prefill matmuls on 12B-shaped Q4 matrices at -p tokens (default 128 here)");
   cmd->add_flag("--json", opts->json, "Print JSON");
-  lumen::cli::add_exact_flag(cmd, opts->exact);
+  lumen::cli::add_exact_flag(cmd);
   return std::pair{cmd, lumen::cli::Runner([opts, prompt_opt] {
     using namespace lumen::runtime;
     if (opts->machine) {
@@ -63,7 +63,6 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
     bo.n_prompt = opts->n_prompt;
     bo.n_gen = opts->n_gen;
     bo.quant = opts->quant;
-    bo.exact = opts->exact;
     const BenchResult r = run_bench(opts->model, bo, limits);
     if (opts->json) fmt::print("{}\n", bench_to_json(r).dump(2));
     else fmt::print("{}", bench_to_text(r));

@@ -36,7 +36,7 @@ struct BenchOptions {
   std::string kv_cold = "off";
   int hot_window = 1024;
   int page_size = 256;
-  bool model = false, exact = false;
+  bool model = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -179,13 +179,10 @@ LUMEN_COMMAND(95, [](CLI::App& app) {
   cmd->add_option("--hot-window", o->hot_window, "Hot positions of full layers when tiered");
   cmd->add_option("--page-size", o->page_size, "Positions per page");
   cmd->add_flag("--model", o->model, "PATH is a model to load: time whole forward steps, not attention alone");
-  lumen::cli::add_exact_flag(cmd, o->exact);
+  lumen::cli::add_exact_flag(cmd);
   return std::pair{cmd, lumen::cli::Runner([o] {
     std::unique_ptr<lumen::runtime::Engine> engine;
-    if (o->exact && !o->model) throw lumen::Error("--exact: only with --model (attention alone has no weights)");
-    lumen::runtime::LoadOptions load;
-    load.exact = o->exact;
-    if (o->model) engine = lumen::runtime::Engine::load(o->path, load);
+    if (o->model) engine = lumen::runtime::Engine::load(o->path);
     const lumen::spec::ModelSpec spec = engine ? engine->spec() : lumen::spec::load_spec(o->path);
     lumen::kv::KvConfig c;
     auto dt = lumen::kv::kv_elem_from_name(o->kv_dtype);

@@ -23,7 +23,7 @@ struct PerplexityOptions {
   std::string model, file;
   int ctx = 512;
   int64_t max_tokens = 0;
-  bool json = false, exact = false;
+  bool json = false;
 };
 
 std::string read_text(const std::string& path) {
@@ -53,13 +53,11 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text (0 = all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "Print the result as JSON");
-  lumen::cli::add_exact_flag(cmd, o->exact);
+  lumen::cli::add_exact_flag(cmd);
   return std::pair{cmd, lumen::cli::Runner([o] {
     const std::string text = read_text(o->file);
     const std::string model_path = lumen::cli::resolve_model_path(o->model);
-    lumen::runtime::LoadOptions load;
-    load.exact = o->exact;
-    auto engine = lumen::runtime::Engine::load(model_path, load);
+    auto engine = lumen::runtime::Engine::load(model_path);
     const auto& tok = engine->require_tokenizer();
     std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/false);
     if (ids.empty()) throw lumen::Error(o->file + ": no text to score");

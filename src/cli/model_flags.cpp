@@ -4,15 +4,16 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "kernels/matmul.h"
 #include "runtime/litert_load.h"
 #include "runtime/manifest_run.h"
 
 namespace lumen::cli {
 
-void add_exact_flag(CLI::App* cmd, bool& exact) {
-  cmd->add_flag("--exact", exact,
-                "Run the exact f32 reference path (weights expanded to f32, activations not quantized) instead of "
-                "the fast kernels");
+void add_exact_flag(CLI::App* cmd) {
+  cmd->add_flag_callback("--exact", [] { kernels::set_exact_matmul(true); },
+                         "Run every matrix product on the f32 reference path (weights expanded exactly, f32 "
+                         "activations) instead of the int8 kernels (as `lumen --exact`)");
 }
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
@@ -24,7 +25,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   if (with_allow_unverified)
     cmd->add_flag("--allow-unverified", f.allow_unverified,
                   "Run a model whose manifest marks it unsupported (known not to run correctly)");
-  add_exact_flag(cmd, f.exact);
+  add_exact_flag(cmd);
   cmd->add_flag("--fields", f.verbose_fields, "With --manifest: list every manifest field and what Lumen does with it (stderr)");
   cmd->add_option("--kv-dtype", f.run.kv_dtype, "KV cache element type: f32, f16, bf16 (default: the manifest's, else f32)");
   cmd->add_option("--kv-layout", f.run.kv_layout, "KV cache layout: contiguous, paged, tiered (default: the manifest's, else paged)");
@@ -49,7 +50,6 @@ std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, cons
                                              runtime::LoadOptions options, bool needs_tokenizer) {
   const std::string weights = model_path_of(model_flag, f);
   options.allow_unverified = options.allow_unverified || f.allow_unverified;
-  options.exact = options.exact || f.exact;
   options.litert_config = f.litert_config;
   options.litert_map = f.litert_map;
   options.litert_receipt = f.litert_receipt;

@@ -19,15 +19,14 @@ struct ModelFlags {
   std::string weights;   // the tensors for --manifest: safetensors dir, .gguf, packed .lmp
   bool allow_unverified = false;
   bool verbose_fields = false;  // list the manifest's field table on stderr
-  bool exact = false;           // --exact: the f32 reference path instead of the fast kernels
   // A .litertlm package's HF config (or manifest), constant map file and parity receipt.
   std::string litert_config, litert_map, litert_receipt;
   runtime::RunFlags run;
 };
 
-// --exact (runtime::LoadOptions::exact), for the commands that load a model without the
-// other model flags (perplexity, bench).
-void add_exact_flag(CLI::App* cmd, bool& exact);
+// `CMD --exact`: the same switch as the global `lumen --exact CMD` (kernels::set_exact_matmul),
+// for the commands that run a model, so that it may follow the command name.
+void add_exact_flag(CLI::App* cmd);
 
 // Adds the flags. `with_allow_unverified`: also --allow-unverified (commands that already
 // have it pass false and copy their value into ModelFlags::allow_unverified).

@@ -32,20 +32,9 @@ std::vector<float> rope_inv_freq(const spec::RopeSpec& rope, int head_dim) {
   return inv;
 }
 
-GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights, GraphOptions options)
-    : spec_(std::move(spec)), weights_(std::move(weights)), options_(options) {
+GemmaModel::GemmaModel(spec::ModelSpec spec, ModelWeights weights)
+    : spec_(std::move(spec)), weights_(std::move(weights)) {
   for (const auto& ls : spec_.layers) inv_freq_.push_back(rope_inv_freq(ls.rope, ls.head_dim));
-}
-
-void GemmaModel::project(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) const {
-  if (options_.exact) return kernels::matmul_exact(x, T, w, y);
-  matmul(x, T, w, y);
-}
-
-void GemmaModel::project_shared_input(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
-                                      std::span<float* const> ys) const {
-  if (!options_.exact) return kernels::matmul_shared_input(x, T, ws, ys);
-  for (size_t i = 0; i < ws.size(); ++i) kernels::matmul_exact(x, T, *ws[i], ys[i]);
 }
 
 void GemmaModel::attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
@@ -101,6 +90,28 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     for (int64_t i = 0; i < H; ++i) xt[i] *= spec_.embedding_scale;
   });
 
+  // RoPE tables per distinct frequency set, made at the first layer that uses the set.
+  struct RopeTable {
+    const std::vector<float>* inv_freq = nullptr;
+    std::vector<float> cos, sin;  // [T, pairs]
+  };
+  std::vector<RopeTable> rope_tables;
+  rope_tables.reserve(inv_freq_.size());
+  auto rope_table = [&](int layer) -> const RopeTable& {
+    const std::vector<float>& inv = inv_freq_[size_t(layer)];
+    for (const RopeTable& r : rope_tables)
+      if (*r.inv_freq == inv) return r;
+    RopeTable& r = rope_tables.emplace_back();
+    r.inv_freq = &inv;
+    const int64_t pairs = int64_t(inv.size());
+    r.cos.resize(size_t(T * pairs));
+    r.sin.resize(size_t(T * pairs));
+    for_each_row(T, [&](int64_t t) {
+      kernels::rope_angles(rows[size_t(t)].pos, inv.data(), pairs, r.cos.data() + t * pairs, r.sin.data() + t * pairs);
+    });
+    return r;
+  };
+
   std::vector<float> h(size_t(T * H)), attn_out(size_t(T * H));
   std::vector<float> q, k, v, attn, gate, up;
   const bool offset = spec_.norm_weight_offset;
@@ -124,28 +135,29 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
       const quant::WeightMatrix* qkv_w[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj};
       float* qkv_y[] = {q.data(), k.data(), v.data()};
       const size_t n_proj = ls.k_eq_v ? 2 : 3;
-      project_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
+      kernels::matmul_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
       if (ls.k_eq_v) v = k;  // the raw projection, before k-norm and RoPE
     }
 
     phase(Op::RopeKv);
     const float* qn = lw.q_norm.empty() ? nullptr : lw.q_norm.data();
     const float* kn = lw.k_norm.empty() ? nullptr : lw.k_norm.data();
+    // The angles depend on the row's position and the layer's frequencies only, and the layers
+    // share a few frequency sets (Gemma: sliding and full): each set's table once per step.
+    const RopeTable& rope = rope_table(l);
     for_each_row(T, [&](int64_t t) {
-      thread_local std::vector<float> cos, sin;
-      cos.resize(size_t(pairs));
-      sin.resize(size_t(pairs));
-      kernels::rope_angles(rows[size_t(t)].pos, inv_freq_[size_t(l)].data(), pairs, cos.data(), sin.data());
+      const float* cos = rope.cos.data() + t * pairs;
+      const float* sin = rope.sin.data() + t * pairs;
       for (int64_t j = 0; j < nq; ++j) {
         float* qh = &q[(t * nq + j) * hd];
         if (ls.q_norm) rms_norm(qh, hd, qn, offset, eps, qh);
-        kernels::rope_rotate(qh, hd, pairs, cos.data(), sin.data());
+        kernels::rope_rotate(qh, hd, pairs, cos, sin);
       }
       for (int64_t j = 0; j < nkv; ++j) {
         float* kh = &k[(t * nkv + j) * hd];
         float* vh = &v[(t * nkv + j) * hd];
         if (ls.k_norm) rms_norm(kh, hd, kn, offset, eps, kh);
-        kernels::rope_rotate(kh, hd, pairs, cos.data(), sin.data());
+        kernels::rope_rotate(kh, hd, pairs, cos, sin);
         if (ls.v_norm) rms_norm(vh, hd, nullptr, false, eps, vh);
       }
     });
@@ -159,7 +171,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     attn.resize(size_t(T * nq * hd));
     attention(ls, l, rows, caches, q.data(), attn.data());
     phase(Op::OProj);
-    project(attn.data(), T, lw.o_proj, attn_out.data());
+    matmul(attn.data(), T, lw.o_proj, attn_out.data());
     phase(Op::Residual);
     for_each_row(T, [&](int64_t t) {
       float* a = &attn_out[t * H];
@@ -177,12 +189,12 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     {
       const quant::WeightMatrix* gu_w[] = {&lw.gate_proj, &lw.up_proj};
       float* gu_y[] = {gate.data(), up.data()};
-      project_shared_input(h.data(), T, gu_w, gu_y);
+      kernels::matmul_shared_input(h.data(), T, gu_w, gu_y);
     }
     phase(Op::Gelu);
     kernels::gated_gelu(gate.data(), up.data(), T * F, gate.data());
     phase(Op::DownProj);
-    project(gate.data(), T, lw.down_proj, attn_out.data());
+    matmul(gate.data(), T, lw.down_proj, attn_out.data());
     phase(Op::Residual);
     for_each_row(T, [&](int64_t t) {
       float* f = &attn_out[t * H];
@@ -206,7 +218,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
   phase(Op::Logits);
   logits.assign(size_t(n_out * V), 0.0f);
   if (n_out > 0) {
-    project(selected.data(), n_out, weights_.lm_head, logits.data());
+    matmul(selected.data(), n_out, weights_.lm_head, logits.data());
     phase(Op::Softcap);
     if (spec_.final_logit_softcap) {
       const float cap = *spec_.final_logit_softcap;

@@ -25,20 +25,12 @@ struct BatchRow {
   bool want_logits = false;
 };
 
-// How the graph computes, independent of what it computes.
-struct GraphOptions {
-  // The exact f32 reference path (`--exact`): every matrix product expands the weights to f32
-  // and keeps the activations in f32 (kernels::matmul_exact). Default: the fast kernels.
-  bool exact = false;
-};
-
 class GemmaModel {
  public:
-  GemmaModel(spec::ModelSpec spec, ModelWeights weights, GraphOptions options = {});
+  GemmaModel(spec::ModelSpec spec, ModelWeights weights);
 
   const spec::ModelSpec& spec() const { return spec_; }
   const ModelWeights& weights() const { return weights_; }
-  const GraphOptions& options() const { return options_; }
 
   // Runs one step. `logits` is resized to [rows asking for logits, vocab], in batch order.
   // Throws lumen::Error for a token outside the vocabulary or a bad sequence index.
@@ -48,14 +40,8 @@ class GemmaModel {
   void attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
                  std::span<SequenceKv* const> caches, const float* q, float* out) const;
 
-  // y = W x on the path the options select.
-  void project(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) const;
-  void project_shared_input(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
-                            std::span<float* const> ys) const;
-
   spec::ModelSpec spec_;
   ModelWeights weights_;
-  GraphOptions options_;
   // Per layer: RoPE inverse frequencies for the rotated pairs.
   std::vector<std::vector<float>> inv_freq_;
 };

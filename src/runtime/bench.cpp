@@ -86,7 +86,6 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
   auto t0 = Clock::now();
   LoadOptions load_options;
   load_options.quant = o.quant;
-  load_options.exact = o.exact;
   auto engine = Engine::load(model_path, load_options);
   r.load_s = since(t0);
   const auto& spec = engine->spec();

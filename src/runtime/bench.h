@@ -30,7 +30,6 @@ struct BenchOptions {
   int n_gen = 128;
   uint64_t seed = 1;
   std::string quant;  // convert at load (Engine LoadOptions)
-  bool exact = false;  // the exact f32 reference path (LoadOptions::exact)
 };
 
 struct BenchResult {

@@ -17,7 +17,6 @@ namespace fs = std::filesystem;
 std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOptions& options) {
   std::optional<quant::WeightFormat> requantize;
   if (!options.quant.empty()) requantize = quant::quant_target_from_name(options.quant, "--quant");
-  const model::GraphOptions graph{options.exact};
   if (formats::is_packed_file(model_path)) {
     std::unique_ptr<Engine> engine(new Engine());
     engine->path_ = model_path;
@@ -26,7 +25,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     spec::ModelSpec spec = spec_to_run(spec::spec_from_hf_config(packed.config(), model_path), options);
     model::ModelWeights weights = model::bind_weights(
         spec, [&](const std::string& name) { return packed.find(name); }, packed.names(), model_path, requantize);
-    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights), graph);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
     return engine;
   }
   std::unique_ptr<Engine> engine(new Engine());
@@ -35,7 +34,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     LitertModel m = load_litert_package(model_path, {options.manifest_spec, options.litert_config, options.litert_map, options.litert_receipt,
                                                      options.allow_unverified, requantize});
     if (m.tokenizer) engine->set_tokenizer(std::move(m.tokenizer));
-    engine->model_ = std::make_unique<model::GemmaModel>(std::move(m.spec), std::move(m.weights), graph);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(m.spec), std::move(m.weights));
     return engine;
   }
   if (spec::is_gguf_file(model_path)) {
@@ -44,7 +43,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
     // --quant: the ggml blocks expanded exactly, then stored in the requested format.
     if (requantize) model::requantize_weights(weights, *requantize);
-    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights), graph);
+    engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
     engine->path_ = model_path;
     return engine;
   }
@@ -64,7 +63,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path, requantize);
-  engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights), graph);
+  engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
   return engine;
 }
 

@@ -25,9 +25,6 @@ struct LoadOptions {
   // "" keeps the stored formats; "q4", "q8", "bf16", "f32" converts the matrices at load
   // (quant/convert.h). A packed file (`lumen convert`) is already converted.
   std::string quant;
-  // The exact f32 reference path (`--exact`, model::GraphOptions::exact): weights expanded to
-  // f32 in every product, activations never quantized. The fast path is the default.
-  bool exact = false;
   // Load a manifest whose `unsupported` block marks it known-bad (refused otherwise).
   bool allow_unverified = false;
   // A spec from a manifest (`--manifest`), run instead of the weights' own description after
