@@ -291,7 +291,9 @@ def _array_type(value):
 def quantize(src, dst, qtype: str, threads: int = 2) -> Path:
     """llama.cpp's quantizer (llama-quantize) on an F32/F16/BF16 file."""
     import llama_cpp
+    from llama_cpp import _logger
 
+    _logger.set_verbose(False)  # llama.cpp's per-tensor log lines: errors only
     if qtype not in QUANT_FTYPES:
         _fail(f"--type {qtype!r}: expected one of {', '.join(QUANT_FTYPES)}")
     dst = Path(dst)

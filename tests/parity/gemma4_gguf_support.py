@@ -98,9 +98,21 @@ def gguf_file(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
 
 
 def dequantized_dir(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """The f32 checkpoint of exactly the numbers of gguf_file(qtype), with the tokenizer."""
     path = gguf_file(qtype, preset, seed)
-    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized",
-                   lambda tmp: g4.dequantize(path, hf_dir(preset, seed), tmp))
+
+    def build(tmp: Path):
+        g4.dequantize(path, hf_dir(preset, seed), tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(hf_dir(preset, seed) / name, tmp / name)
+
+    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized", build)
+
+
+def dequantized_gguf(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """An F32 GGUF of exactly the numbers of gguf_file(qtype)."""
+    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized-F32.gguf",
+                   lambda tmp: g4.convert(dequantized_dir(qtype, preset, seed), tmp, "f32"))
 
 
 def have_llama_cpp() -> bool:

@@ -97,16 +97,22 @@ def test_fast_path_agrees_with_exact_path(qtype, tmp_path):
         f"{qtype}: mean KL {kl.mean():.3g} (max {kl.max():.3g}), top-1 agreement {top1:.3f}"
 
 
-# llama.cpp (llama-cpp-python, f32 KV cache, no flash attention) vs Lumen's exact path on the same
-# file: float weights agree to f32 rounding plus ggml's f16 activations in F16/BF16 products;
-# block formats differ by llama.cpp's int8 (q8_0 / q8_K) activation rounding.
-LLAMA_MAX_REL = {"F32": 1e-4, "F16": 5e-3, "BF16": 5e-3}
-LLAMA_MAX_REL_QUANTIZED = 5e-2
-LLAMA_MIN_TOP1 = 0.9
+# llama.cpp (llama-cpp-python: f32 KV cache, no flash attention) vs Lumen on the same file. On the
+# same numbers in f32 the two agree to llama.cpp's own approximations (its GELU is an f16 table;
+# F16/BF16 products take f16 activations): LLAMA_SAME_NUMBERS_MAX_REL. On a block format llama.cpp
+# rounds the activations to 8 bits (q8_0 / q8_K), and this tiny random model turns such rounding
+# into logit differences of several percent; so Lumen's exact logits must be as close to
+# llama.cpp's on the file as llama.cpp's own logits on the same numbers in f32 are
+# (mean KL within LLAMA_KL_SLACK of it): what a misread format or layer would break by orders.
+LLAMA_SAME_NUMBERS_MAX_REL = 1e-2
+LLAMA_KL_SLACK = (1.5, 1e-4)  # KL(lumen || llama) <= 1.5 * KL(llama f32 || llama) + 1e-4
 
 
 def _llama_cpp_logits(path, tokens) -> np.ndarray:
     llama_cpp = pytest.importorskip("llama_cpp")
+    from llama_cpp import _logger
+
+    _logger.set_verbose(False)
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, n_ubatch=64, n_threads=2, n_threads_batch=2,
                           logits_all=True, flash_attn=False, type_k=llama_cpp.GGML_TYPE_F32,
                           type_v=llama_cpp.GGML_TYPE_F32, verbose=False)
@@ -114,6 +120,11 @@ def _llama_cpp_logits(path, tokens) -> np.ndarray:
     out = np.array(llm.scores[: len(tokens)], dtype=np.float32)
     llm.close()
     return out
+
+
+def _mean_kl(p_logits, q_logits) -> float:
+    lp, lq = _log_softmax(p_logits), _log_softmax(q_logits)
+    return float((np.exp(lp) * (lp - lq)).sum(axis=1).mean())
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -125,12 +136,19 @@ def test_llama_cpp_logits_agree_with_lumen(qtype, tmp_path):
         assert _refused_type(cp, path) is not None, describe(cp)
         pytest.skip(f"{qtype}: not read yet (refused by name)")
     theirs = _llama_cpp_logits(path, tokens)
-    rel = np.abs(ours - theirs).max(axis=1) / np.abs(theirs).max(axis=1)
+    same_numbers = _llama_cpp_logits(support.dequantized_gguf(qtype), tokens)
+    rel = np.abs(ours - same_numbers).max(axis=1) / np.abs(same_numbers).max(axis=1)
+    kl, kl_own = _mean_kl(ours, theirs), _mean_kl(same_numbers, theirs)
     top1 = float((ours.argmax(axis=1) == theirs.argmax(axis=1)).mean())
-    record("gemma4_gguf_llama_cpp", qtype, {"max_rel": float(rel.max()), "mean_rel": float(rel.mean()), "top1": top1})
-    bound = LLAMA_MAX_REL.get(qtype, LLAMA_MAX_REL_QUANTIZED)
-    assert rel.max() <= bound and top1 >= LLAMA_MIN_TOP1, \
-        f"{qtype}: llama.cpp vs Lumen worst relative difference {rel.max():.3g} (bound {bound}), top-1 {top1:.3f}"
+    record("gemma4_gguf_llama_cpp", qtype, {
+        "max_rel_same_numbers_f32": float(rel.max()), "mean_kl_vs_llama_cpp": kl,
+        "llama_cpp_own_mean_kl_f32_vs_file": kl_own, "top1_vs_llama_cpp": top1,
+        "max_rel_vs_llama_cpp": float((np.abs(ours - theirs).max(axis=1) / np.abs(theirs).max(axis=1)).max())})
+    assert rel.max() <= LLAMA_SAME_NUMBERS_MAX_REL, \
+        f"{qtype}: Lumen vs llama.cpp on the same numbers in f32: worst relative difference {rel.max():.3g}"
+    factor, floor = LLAMA_KL_SLACK
+    assert kl <= factor * kl_own + floor, \
+        f"{qtype}: KL(Lumen || llama.cpp) {kl:.3g} vs llama.cpp's own f32-vs-file KL {kl_own:.3g}"
 
 
 def test_bench_vs_llama_cpp_runs_both_sides():
