@@ -70,8 +70,8 @@ def synthetic_vocab(n: int):
             tokens.append(f"<unused{i}>")
         else:
             tokens.append(f"\u2581t{i}")
-    types = [gguf.TokenType.CONTROL if (i < g4.FIRST_BYTE_ID and i != g4.NEWLINE_ID) else
-             gguf.TokenType.BYTE if i < g4.FIRST_BYTE_ID + 256 else gguf.TokenType.NORMAL for i in range(n)]
+    types = [gguf.TokenType.NORMAL if i == g4.NEWLINE_ID or i >= g4.FIRST_BYTE_ID + 256 else
+             gguf.TokenType.CONTROL if i < g4.FIRST_BYTE_ID else gguf.TokenType.BYTE for i in range(n)]
     merges = ["\u2581 t", "\u2581t 1"]
     return tokens, types, merges
 
