@@ -83,8 +83,34 @@ bool all_zero(const float* w, int n) {
 // ---------------------------------------------------------------- 32-element formats
 
 // Symmetric codes: x ~ d * level[code]. Writes the codes and returns the stored f16 scale.
+// True (codes filled) when x_i = d * level[code_i] exactly for the f16 scale `dh`.
+bool reproduces(const Table& lv, const float* x, uint16_t dh, uint8_t* codes) {
+  const float d = f16_to_f32(dh);
+  if (d == 0.0f || !std::isfinite(d)) return false;
+  const float id = 1.0f / d;
+  for (int i = 0; i < 32; ++i) {
+    const int c = lv(x[i] * id);
+    if (d * lv.v[size_t(c)] != x[i]) return false;
+    codes[i] = uint8_t(c);
+  }
+  return true;
+}
+
 uint16_t encode_symmetric(const Table& lv, const float* x, const float* w, uint8_t* codes, float win_lo,
                           float win_hi) {
+  // A block already on this format's grid with its largest value on an end of the table
+  // (what round-to-nearest quantizers write) is reproduced exactly: no search can do better.
+  float amax = 0, xmax = 0;
+  for (int i = 0; i < 32; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      xmax = x[i];
+    }
+  // ggml's two conventions: d = amax / top level (Q8_0), d = max / bottom level (Q4_0, Q5_0).
+  for (float d : {amax / lv.v.back(), xmax / lv.v.front()}) {
+    const uint16_t dh = f32_to_f16(d);
+    if (reproduces(lv, x, dh, codes)) return dh;
+  }
   const float d = fit_scale(x, w, 32, lv.index, codes, win_lo, win_hi);
   const uint16_t dh = f32_to_f16(d);
   const float ds = f16_to_f32(dh);
@@ -243,6 +269,24 @@ void encode_signed_block(const SignedScaleBlock& f, const float* x, const float*
   }
   if (all_zero(scale_w, f.nsub))
     for (int j = 0; j < f.nsub; ++j) scale_w[j] = 1.0f;
+  // With codes -32..31, a sub-block that does not use -32 reads the same with its scale and
+  // codes negated. Give all such sub-blocks the sign of the largest scale, so that every
+  // scale code lands on the side of the scale table with the extra level (-128), as
+  // llama.cpp's blocks have them: those then come back exactly.
+  const bool symmetric = f.levels.index.uniform && f.levels.v.front() == -f.levels.v.back() - 1;
+  if (symmetric) {
+    int jmax = 0;
+    for (int j = 1; j < f.nsub; ++j)
+      if (std::fabs(scales[j]) > std::fabs(scales[jmax])) jmax = j;
+    const int top = f.levels.count() - 1;
+    for (int j = 0; j < f.nsub; ++j) {
+      if ((scales[j] > 0) == (scales[jmax] > 0)) continue;
+      uint8_t* cj = codes + j * f.sub;
+      if (std::find(cj, cj + f.sub, uint8_t(0)) != cj + f.sub) continue;  // uses the bottom level
+      scales[j] = -scales[j];
+      for (int i = 0; i < f.sub; ++i) cj[i] = uint8_t(top + 1 - cj[i]);  // value v -> -v
+    }
+  }
   float d = f16_round(
       fit_scale(scales, scale_w, f.nsub, f.scales.index, scale_codes, f.scale_win_lo, f.scale_win_hi));
   int s[16];
@@ -269,7 +313,10 @@ void encode_signed_block(const SignedScaleBlock& f, const float* x, const float*
       const int center = sqq > 0 ? int(std::lrint(std::clamp(sxq / sqq / d, -1e6, 1e6))) : s[j];
       double best_j = -1;
       ts[j] = s[j];
-      for (int c = center - 1; c <= center + 1; ++c) {
+      // Around the least-squares scale code, and its negation: a sub-block whose codes do
+      // not use the table's extra low level reads the same with all signs flipped, and only
+      // one sign may fit the block's grid.
+      for (int c : {center - 1, center, center + 1, -center - 1, -center, -center + 1}) {
         const int sc = std::clamp(c, smin, smax);
         const double e = signed_sub_error(f.levels, xj, wj, f.sub, d * float(sc), tmp);
         if (best_j < 0 || e < best_j) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,11 +13,51 @@ namespace {
 // Below this largest |x| a group is treated as all zero (ggml's GROUP_MAX_EPS).
 constexpr float kZeroGroup = 1e-15f;
 
-struct Event {
-  float u;  // 1/|d| at which element i moves to level `to`
-  int16_t i;
-  uint8_t to;
-};
+// A code change: element i moves to level `to` at u (= 1/|d|, positive). Packed in one
+// integer ordered by u (a positive float's bits order as the float does), so sorting
+// events is sorting integers.
+using Event = uint64_t;
+inline Event make_event(float u, int i, int to) {
+  uint32_t bits;
+  std::memcpy(&bits, &u, 4);
+  return (uint64_t(bits) << 32) | (uint64_t(uint32_t(i)) << 8) | uint64_t(uint8_t(to));
+}
+inline int event_index(Event e) { return int((e >> 8) & 0xFFFFFF); }
+inline int event_level(Event e) { return int(e & 0xFF); }
+
+// Sorts events whose u lies in [lo, hi]: a counting pass into buckets by u, then insertion
+// sort, which is linear for the few events per bucket a sweep has.
+void sort_events(Event* begin, Event* end, float lo, float hi) {
+  const size_t n = size_t(end - begin);
+  if (n < 32) {
+    std::sort(begin, end);
+    return;
+  }
+  thread_local std::vector<Event> tmp;
+  thread_local std::vector<uint32_t> start;
+  const size_t nb = n;
+  tmp.resize(n);
+  start.assign(nb + 1, 0);
+  const float scale = float(nb) / std::max(hi - lo, 1e-30f);
+  auto bucket = [&](Event e) {
+    float u;
+    const uint32_t bits = uint32_t(e >> 32);
+    std::memcpy(&u, &bits, 4);
+    return std::min(nb - 1, size_t(std::max(0.0f, (u - lo) * scale)));
+  };
+  for (Event* e = begin; e != end; ++e) ++start[bucket(*e) + 1];
+  for (size_t b = 0; b < nb; ++b) start[b + 1] += start[b];
+  for (Event* e = begin; e != end; ++e) tmp[start[bucket(*e)]++] = *e;
+  // Buckets are in order; finish with an insertion sort (each element moves only within
+  // its bucket).
+  for (size_t k = 1; k < n; ++k) {
+    const Event v = tmp[k];
+    size_t j = k;
+    for (; j > 0 && tmp[j - 1] > v; --j) tmp[j] = tmp[j - 1];
+    tmp[j] = v;
+  }
+  std::copy(tmp.begin(), tmp.end(), begin);
+}
 
 struct SweepState {
   double sxq = 0, sqq = 0;
@@ -41,11 +82,11 @@ size_t start_sweep(const float* x, const float* w, int n, const LevelIndex& near
     for (int next = k + dir; next >= 0 && next < nearest.count; k = next, next += dir) {
       const float u = 0.5f * (levels[k] + levels[next]) * inv;
       if (u > u_hi) break;
-      *out++ = {u, int16_t(i), uint8_t(next)};
+      *out++ = make_event(u, i, next);
     }
   }
   const size_t count = size_t(out - events.data());
-  std::sort(events.data(), out, [](const Event& a, const Event& b) { return a.u < b.u; });
+  sort_events(events.data(), out, u_lo, u_hi);
   return count;
 }
 
@@ -94,11 +135,19 @@ float fit_scale(const float* x, const float* w, int n, const LevelIndex& nearest
 
   thread_local std::vector<Event> events;
   thread_local std::vector<uint8_t> trial;
+  thread_local std::vector<float> wx;
   trial.resize(size_t(n));
-  double best_score = -1, best_sxq = 0, best_sqq = 1;
+  wx.resize(size_t(n));
+  for (int i = 0; i < n; ++i) wx[size_t(i)] = w[i] * x[i];
+  // The best state: its sums, the sign pass and the number of events applied.
+  bool found = false;
+  double best_sxq = 0, best_sqq = 1, chosen_sxq = 0, chosen_sqq = 1;
+  float best_s = 0, best_lo = 0, best_hi = 0;
+  size_t best_k = 0;
   // A table symmetric but for one more level below (-8..7) needs only the sign of d that
   // puts the largest |x| on its low end: the window then covers the other mapping too.
   const bool one_sign = nearest.uniform && levels[0] == -levels[count - 1] - 1 && window_low >= 1;
+  float last_s = 0;
   for (float s : {1.0f, -1.0f}) {
     if (one_sign && s * xmax > 0) continue;
     // The end of the table the largest |x| lands on for this sign of d.
@@ -108,36 +157,54 @@ float fit_scale(const float* x, const float* w, int n, const LevelIndex& nearest
     const float u_hi = (end + window_high) / amax;
     SweepState st;
     const size_t n_events = start_sweep(x, w, n, nearest, s, u_lo, u_hi, trial.data(), events, st);
+    last_s = s;
     // Each state is the code set of an interval of u; its least-squares scale reduces the
-    // error by sxq^2 / sqq. Keep the best code set seen.
-    auto consider = [&] {
+    // error by sxq^2 / sqq. Keep the best state seen (compared without dividing).
+    auto consider = [&](size_t k) {
       if (st.sqq <= 0) return;
-      const double score = st.sxq * st.sxq / st.sqq;
-      if (score > best_score) {
-        best_score = score;
-        best_sxq = st.sxq;
-        best_sqq = st.sqq;
-        std::copy(trial.begin(), trial.end(), idx);
+      // Near-ties (within 1e-6 of the best score: float noise of fitted values) go to the later state, i.e. the
+      // finer grid: data on a grid is then read back with its own scale, not a multiple.
+      const double lhs = st.sxq * st.sxq * best_sqq, rhs = best_sxq * best_sxq * st.sqq;
+      if (!found || lhs >= rhs * (1 - 1e-6)) {
+        if (!found || lhs > rhs) {
+          best_sxq = st.sxq;
+          best_sqq = st.sqq;
+        }
+        found = true;
+        chosen_sxq = st.sxq;
+        chosen_sqq = st.sqq;
+        best_s = s;
+        best_lo = u_lo;
+        best_hi = u_hi;
+        best_k = k;
       }
     };
-    consider();
+    consider(0);
     for (size_t k = 0; k < n_events; ++k) {
-      const Event& e = events[k];
-      const double qo = levels[trial[size_t(e.i)]], qn = levels[e.to];
-      st.sxq += double(w[e.i]) * x[e.i] * (qn - qo);
-      st.sqq += double(w[e.i]) * (qn * qn - qo * qo);
-      trial[size_t(e.i)] = e.to;
-      consider();
+      const int i = event_index(events[k]), to = event_level(events[k]);
+      const double qo = levels[trial[size_t(i)]], qn = levels[to];
+      st.sxq += double(wx[size_t(i)]) * (qn - qo);
+      st.sqq += double(w[i]) * (qn * qn - qo * qo);
+      trial[size_t(i)] = uint8_t(to);
+      consider(k + 1);
     }
   }
-  if (best_score <= 0) {
-    // Weights all zero: plain rounding with the largest |x| on the far end.
-    const float end = xmax > 0 ? levels[count - 1] : levels[0];
-    const float d = xmax / end;
-    for (int i = 0; i < n; ++i) idx[i] = uint8_t(nearest(x[i] / d));
-    return d;
+  if (found && chosen_sxq != 0) {
+    // Replay the best pass up to its state (its events are still there if it was the last).
+    SweepState st;
+    if (best_s == last_s) {
+      for (int i = 0; i < n; ++i) idx[i] = uint8_t(nearest(best_s * best_lo * x[i]));
+    } else {
+      start_sweep(x, w, n, nearest, best_s, best_lo, best_hi, idx, events, st);
+    }
+    for (size_t k = 0; k < best_k; ++k) idx[event_index(events[k])] = uint8_t(event_level(events[k]));
+    return float(chosen_sxq / chosen_sqq);
   }
-  return float(best_sxq / best_sqq);
+  // Weights all zero: plain rounding with the largest |x| on the far end.
+  const float end = xmax > 0 ? levels[count - 1] : levels[0];
+  const float d = xmax / end;
+  for (int i = 0; i < n; ++i) idx[i] = uint8_t(nearest(x[i] / d));
+  return d;
 }
 
 void round_uniform(const float* x, int n, float d, float m, int nmax, uint8_t* L) {
@@ -147,7 +214,7 @@ void round_uniform(const float* x, int n, float d, float m, int nmax, uint8_t* L
   }
   const float id = 1.0f / d;
   for (int i = 0; i < n; ++i) {
-    const int l = int(std::lrintf((x[i] - m) * id));
+    const int l = round_int((x[i] - m) * id);
     L[i] = uint8_t(std::clamp(l, 0, nmax));
   }
 }
@@ -185,7 +252,7 @@ ScaleOffset fit_scale_offset(const float* x, const float* w, int n, int nmax, ui
   Event* out = events.data();
   for (int i = 0; i < n; ++i) {
     const float t = x[i] - mn;
-    int k = std::clamp(int(std::lrintf(t * u_lo)), 0, nmax);
+    int k = std::clamp(round_int(t * u_lo), 0, nmax);
     trial[size_t(i)] = uint8_t(k);
     s.l += double(w[i]) * k;
     s.ll += double(w[i]) * k * k;
@@ -194,10 +261,10 @@ ScaleOffset fit_scale_offset(const float* x, const float* w, int n, int nmax, ui
     for (; k < nmax; ++k) {
       const float u = (float(k) + 0.5f) / t;
       if (u > u_hi) break;
-      *out++ = {u, int16_t(i), uint8_t(k + 1)};
+      *out++ = make_event(u, i, k + 1);
     }
   }
-  std::sort(events.data(), out, [](const Event& a, const Event& b) { return a.u < b.u; });
+  sort_events(events.data(), out, u_lo, u_hi);
 
   double best = std::numeric_limits<double>::infinity();
   ScaleOffset best_fit;
@@ -220,11 +287,12 @@ ScaleOffset fit_scale_offset(const float* x, const float* w, int n, int nmax, ui
   };
   consider();
   for (const Event* e = events.data(); e != out; ++e) {
-    const double ko = trial[size_t(e->i)], kn = e->to, wi = w[e->i];
+    const int i = event_index(*e), to = event_level(*e);
+    const double ko = trial[size_t(i)], kn = to, wi = w[i];
     s.l += wi * (kn - ko);
     s.ll += wi * (kn * kn - ko * ko);
-    s.lx += wi * (kn - ko) * x[e->i];
-    trial[size_t(e->i)] = e->to;
+    s.lx += wi * (kn - ko) * x[i];
+    trial[size_t(i)] = uint8_t(to);
     consider();
   }
   if (best == std::numeric_limits<double>::infinity()) {  // weights all zero: plain min/max mapping

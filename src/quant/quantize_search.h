@@ -8,12 +8,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace lumen::quant::search {
 
 // Error of x ~ d * levels[idx] (+ m) under weights w.
 double weighted_error(const float* x, const float* w, int n, const float* levels, const uint8_t* idx, float d,
                      float m = 0.0f);
+
+// Nearest integer, ties to even, for |v| < 2^22 (larger values saturate far outside any
+// table and are clamped by the callers): the float magic-number rounding, inline (lrintf is
+// a library call at the baseline ISA).
+inline int round_int(float v) {
+  v = std::clamp(v, -4194303.0f, 4194303.0f);
+  float t = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &t, 4);
+  return (bits & 0x007fffff) - 0x00400000;
+}
 
 // Index of the level nearest v in a sorted table (the lower one on an exact tie).
 int nearest_level(const float* levels, int count, float v);
@@ -22,7 +34,7 @@ int nearest_level(const float* levels, int count, float v);
 struct LevelIndex {
   LevelIndex(const float* levels, int count);
   int operator()(float v) const {
-    if (uniform) return std::clamp(int(std::lrintf(v - levels[0])), 0, count - 1);
+    if (uniform) return std::clamp(round_int(v - levels[0]), 0, count - 1);
     return nearest_level(levels, count, v);
   }
   const float* levels;
