@@ -292,6 +292,11 @@ void encode_signed_block(const SignedScaleBlock& f, const float* x, const float*
   int s[16];
   for (int j = 0; j < f.nsub; ++j) s[j] = int(f.scales.v[scale_codes[j]]);
   double best = reround_signed(f, x, w, d, s, codes);
+  if (best == 0) {
+    d_out = d;
+    std::copy(s, s + f.nsub, s_out);
+    return;
+  }
 
   // Refinement: each sub-block's scale code re-picked for the codes it has, then d refitted
   // over the block; kept while the error falls.
@@ -465,6 +470,7 @@ void encode_scale_min_block(const float* x, const float* w, int nmax, ScaleMinSt
   st.dmin = f16_round(fit_scale(mins, wm, 8, scale6_levels().index, codes, 32.0f, 12.0f));
   for (int j = 0; j < 8; ++j) st.lm[j] = codes[j];
   double best = reround_scale_min(x, w, nmax, st, L);
+  if (best == 0) return;  // already exact (data on this format's grid)
 
   // Refinement, kept while the block's error falls: each sub-block's (ls, lm) re-picked
   // around the least-squares fit of its codes -- offsets shifted by whole codes included,

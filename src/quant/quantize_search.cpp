@@ -230,7 +230,7 @@ ScaleOffset fit_scale_offset(const float* x, const float* w, int n, int nmax, ui
     for (int i = 0; i < n; ++i) L[i] = 0;
     return {0.0f, mn};
   }
-  // Codes anchored at the minimum, L_i = round((x_i - mn) * u), for every u from half the
+  // Codes anchored at the minimum, L_i = round((x_i - mn) * u), for every u from 0.7 of the
   // codes to one more than the codes over the range: a sweep over the points where a code
   // changes, with running sums, each code set scored by its least-squares (d, m). Data on
   // a grid that uses fewer than all codes is found exactly.
@@ -244,7 +244,7 @@ ScaleOffset fit_scale_offset(const float* x, const float* w, int n, int nmax, ui
   }
   const double tie = 1e-10 * s.xx;  // fits equal to within rounding noise
   const float range = mx - mn;
-  const float u_lo = 0.5f * float(nmax) / range, u_hi = (float(nmax) + 1.0f) / range;
+  const float u_lo = 0.7f * float(nmax) / range, u_hi = (float(nmax) + 1.0f) / range;
   thread_local std::vector<Event> events;
   thread_local std::vector<uint8_t> trial;
   trial.resize(size_t(n));
