@@ -33,8 +33,8 @@ enum class MatrixRole : uint8_t { Q, K, V, O, Gate, Up, Down };
 class ActivationObserver {
  public:
   virtual ~ActivationObserver() = default;
-  // `rows` rows of `cols` inputs to matrix `role` of layer `layer`.
-  virtual void observe(int layer, MatrixRole role, const float* x, int64_t rows, int64_t cols) = 0;
+  // `rows` rows of `cols` inputs to matrix `role` of layer `layer`. Must not throw.
+  virtual void observe(int layer, MatrixRole role, const float* x, int64_t rows, int64_t cols) noexcept = 0;
 };
 
 class GemmaModel {

@@ -16,11 +16,20 @@ constexpr const char* kRoleNames[kRoles] = {"attn_q", "attn_k", "attn_v", "attn_
 // Sums of squared inputs per (layer, role), in double while collecting.
 class Collector : public model::ActivationObserver {
  public:
-  explicit Collector(int layers) : sums_(size_t(layers) * kRoles), counts_(size_t(layers) * kRoles, 0) {}
-  void observe(int layer, model::MatrixRole role, const float* x, int64_t rows, int64_t cols) override {
+  // Sized from the spec up front: observe() allocates nothing.
+  explicit Collector(const spec::ModelSpec& spec)
+      : sums_(size_t(spec.num_layers()) * kRoles), counts_(size_t(spec.num_layers()) * kRoles, 0) {
+    for (int l = 0; l < spec.num_layers(); ++l) {
+      const spec::LayerSpec& ls = spec.layers[size_t(l)];
+      const size_t q_dim = size_t(ls.num_q_heads) * size_t(ls.head_dim), h = size_t(spec.hidden_size);
+      const size_t cols[kRoles] = {h, h, h, q_dim, h, h, size_t(ls.ffn_dim)};
+      for (int r = 0; r < kRoles; ++r) sums_[size_t(l) * kRoles + size_t(r)].assign(cols[r], 0.0);
+    }
+  }
+  void observe(int layer, model::MatrixRole role, const float* x, int64_t rows, int64_t cols) noexcept override {
     const size_t k = size_t(layer) * kRoles + size_t(role);
     std::vector<double>& s = sums_[k];
-    if (s.empty()) s.assign(size_t(cols), 0.0);
+    if (s.size() != size_t(cols)) return;  // not a matrix of this spec: nothing to add to
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * cols;
       for (int64_t j = 0; j < cols; ++j) s[size_t(j)] += double(xr[j]) * xr[j];
@@ -32,7 +41,7 @@ class Collector : public model::ActivationObserver {
     for (int l = 0; l < layers; ++l)
       for (int r = 0; r < kRoles; ++r) {
         const size_t k = size_t(l) * kRoles + size_t(r);
-        if (sums_[k].empty()) continue;  // a matrix the model does not have (k = v layers)
+        if (counts_[k] == 0) continue;  // a matrix the model does not have (k = v layers)
         quant::ImatrixEntry e;
         e.sums.assign(sums_[k].begin(), sums_[k].end());
         e.counts = {float(counts_[k])};
@@ -65,7 +74,7 @@ quant::Imatrix collect_imatrix(const Engine& engine, std::span<const int32_t> te
   if (chunks < 1)
     throw Error("the text holds " + std::to_string(tokens.size()) + " tokens: less than one chunk of " +
                 std::to_string(o.ctx));
-  Collector collector(spec.num_layers());
+  Collector collector(spec);
   kv::ContiguousCache cache(spec);
   model::SequenceKv* caches[] = {&cache};
   std::vector<model::BatchRow> rows;

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "formats/gguf.h"
 #include "kernels/thread_pool.h"
+#include "model/weights.h"
 #include "quant/ggml_blocks.h"
 #include "quant/imatrix.h"
 #include "quant/quantize.h"
@@ -131,7 +132,12 @@ int64_t rows_of(const ModelSource::Tensor& t) {
 }  // namespace
 
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
-  return std::make_unique<GgufSource>(formats::GgufFile::open(path));
+  formats::GgufFile file = formats::GgufFile::open(path);
+  // The model must be whole before anything is written: its spec from the metadata, every
+  // tensor the spec needs present with its shape, none left over.
+  const spec::ModelSpec spec = spec::spec_from_gguf(file);
+  model::bind_gguf_weights(spec, file);
+  return std::make_unique<GgufSource>(std::move(file));
 }
 
 std::unique_ptr<ModelSource> open_model_source(const std::string& path) {
