@@ -20,6 +20,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "formats/packed.h"
 #include "formats/safetensors.h"
 #include "model/weights.h"
@@ -48,28 +49,15 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-// A terminal progress bar on stderr; silent when stderr is not a terminal.
+// The bar of cli/progress.h in bytes written.
 class Progress {
  public:
-  explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2)) {}
-  void update(uint64_t done) {
-    if (!tty_ || total_ == 0) return;
-    const int pct = int(done * 100 / total_);
-    if (pct == last_) return;
-    last_ = pct;
-    const int width = 40, fill = pct * width / 100;
-    fmt::print(stderr, "\r[{}{}] {:3d}%  {:.2f} / {:.2f} GB", std::string(size_t(fill), '#'),
-               std::string(size_t(width - fill), ' '), pct, done / 1e9, total_ / 1e9);
-    std::fflush(stderr);
-  }
-  ~Progress() {
-    if (tty_ && last_ >= 0) fmt::print(stderr, "\n");
-  }
+  explicit Progress(uint64_t total) : bar_("convert"), total_(total) {}
+  void update(uint64_t done) { bar_.update(done, total_, fmt::format("{:.2f} / {:.2f} GB", done / 1e9, total_ / 1e9)); }
 
  private:
+  cli::ProgressBar bar_;
   uint64_t total_;
-  bool tty_;
-  int last_ = -1;
 };
 
 bool is_matrix(const spec::ExpectedTensor& t) { return t.shape.size() == 2; }

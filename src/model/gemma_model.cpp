@@ -58,10 +58,24 @@ void for_each_row(int64_t T, const Fn& fn) {
   });
 }
 
+// The matrices that share one input, for the activation observer.
+constexpr MatrixRole kQKV[] = {MatrixRole::Q, MatrixRole::K, MatrixRole::V};
+constexpr std::span<const MatrixRole> kQK(kQKV, 2);
+constexpr MatrixRole kO[] = {MatrixRole::O};
+constexpr MatrixRole kGateUp[] = {MatrixRole::Gate, MatrixRole::Up};
+constexpr MatrixRole kDown[] = {MatrixRole::Down};
+
+// Out of line: kept out of forward()'s body (inlined, it upsets GCC's flow analysis of the
+// profiling timer there).
+[[gnu::noinline]] void observe(ActivationObserver* observer, int layer, std::span<const MatrixRole> roles,
+                               const float* x, int64_t rows, int64_t cols) {
+  for (MatrixRole role : roles) observer->observe(layer, role, x, rows, cols);
+}
+
 }  // namespace
 
 void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches,
-                         std::vector<float>& logits) const {
+                         std::vector<float>& logits, ActivationObserver* observer) const {
   const int64_t T = int64_t(rows.size());
   const int64_t H = spec_.hidden_size;
   const int64_t V = spec_.vocab_size;
@@ -135,6 +149,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
       const quant::WeightMatrix* qkv_w[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj};
       float* qkv_y[] = {q.data(), k.data(), v.data()};
       const size_t n_proj = ls.k_eq_v ? 2 : 3;
+      if (observer) observe(observer, l, ls.k_eq_v ? kQK : kQKV, h.data(), T, H);
       kernels::matmul_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
       if (ls.k_eq_v) v = k;  // the raw projection, before k-norm and RoPE
     }
@@ -171,6 +186,7 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     attn.resize(size_t(T * nq * hd));
     attention(ls, l, rows, caches, q.data(), attn.data());
     phase(Op::OProj);
+    if (observer) observe(observer, l, kO, attn.data(), T, nq * hd);
     matmul(attn.data(), T, lw.o_proj, attn_out.data());
     phase(Op::Residual);
     for_each_row(T, [&](int64_t t) {
@@ -189,11 +205,13 @@ void GemmaModel::forward(std::span<const BatchRow> rows, std::span<SequenceKv* c
     {
       const quant::WeightMatrix* gu_w[] = {&lw.gate_proj, &lw.up_proj};
       float* gu_y[] = {gate.data(), up.data()};
+      if (observer) observe(observer, l, kGateUp, h.data(), T, H);
       kernels::matmul_shared_input(h.data(), T, gu_w, gu_y);
     }
     phase(Op::Gelu);
     kernels::gated_gelu(gate.data(), up.data(), T * F, gate.data());
     phase(Op::DownProj);
+    if (observer) observe(observer, l, kDown, gate.data(), T, F);
     matmul(gate.data(), T, lw.down_proj, attn_out.data());
     phase(Op::Residual);
     for_each_row(T, [&](int64_t t) {

@@ -25,6 +25,18 @@ struct BatchRow {
   bool want_logits = false;
 };
 
+// The weight matrices of a layer, as an activation observer names them.
+enum class MatrixRole : uint8_t { Q, K, V, O, Gate, Up, Down };
+
+// Sees the input of each matrix product of a forward step: the rows an imatrix is built from
+// (runtime/imatrix.h). Called on the thread that runs forward(), in layer order.
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  // `rows` rows of `cols` inputs to matrix `role` of layer `layer`. Must not throw.
+  virtual void observe(int layer, MatrixRole role, const float* x, int64_t rows, int64_t cols) noexcept = 0;
+};
+
 class GemmaModel {
  public:
   GemmaModel(spec::ModelSpec spec, ModelWeights weights);
@@ -34,7 +46,9 @@ class GemmaModel {
 
   // Runs one step. `logits` is resized to [rows asking for logits, vocab], in batch order.
   // Throws lumen::Error for a token outside the vocabulary or a bad sequence index.
-  void forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches, std::vector<float>& logits) const;
+  // `observer`, when given, sees every layer matrix's input rows.
+  void forward(std::span<const BatchRow> rows, std::span<SequenceKv* const> caches, std::vector<float>& logits,
+               ActivationObserver* observer = nullptr) const;
 
  private:
   void attention(const spec::LayerSpec& ls, int layer, std::span<const BatchRow> rows,
