@@ -24,6 +24,9 @@ struct ModelFlags {
   runtime::RunFlags run;
 };
 
+// The per-layer input table flags (--ple-*), also used by commands without the rest.
+void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run);
+
 // Adds the flags. `with_allow_unverified`: also --allow-unverified (commands that already
 // have it pass false and copy their value into ModelFlags::allow_unverified).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverified);

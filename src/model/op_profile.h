@@ -7,7 +7,10 @@
 
 namespace lumen::model {
 
-enum class Op { Embed, Norms, QkvProj, RopeKv, Attention, OProj, GateUp, Gelu, DownProj, Residual, Logits, Softcap, kCount };
+enum class Op {
+  Embed, Norms, QkvProj, RopeKv, Attention, OProj, GateUp, Gelu, DownProj, Residual, Logits, Softcap,
+  Router, Experts, PerLayerInputs, PerLayerGate, kCount
+};
 
 bool op_profile_enabled();
 void op_profile_add(Op op, double seconds);
