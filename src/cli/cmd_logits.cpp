@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "cli/model_flags.h"
 #include "formats/npy.h"
+#include "runtime/bench.h"
 #include "runtime/engine.h"
 
 namespace {

@@ -75,7 +75,7 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
   matmul(routed.data(), T, lw.router, scores.data());
   std::vector<int32_t> chosen(size_t(T * K));
   std::vector<float> weight(size_t(T * K));
-  std::vector<int32_t> order(size_t(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     float* p = &scores[size_t(t * E)];
     kernels::softmax(p, E);
@@ -98,7 +98,7 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
 
   // Rows grouped by expert, so that each selected expert's matrices stream once per step
   // whatever the batch; experts in index order, as transformers accumulates them.
-  std::vector<std::vector<std::pair<int32_t, float>>> by_expert(size_t(E));
+  std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < K; ++k)
       by_expert[size_t(chosen[size_t(t * K + k)])].push_back({int32_t(t), weight[size_t(t * K + k)]});
@@ -107,9 +107,9 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
   std::vector<float> in, gate_up, act, down;
   if (T == 1) {
     // Decode: every chosen expert's gate/up reads the same input: one fused call.
-    std::vector<quant::WeightMatrix> gu(size_t(K));
-    std::vector<const quant::WeightMatrix*> gu_w(size_t(K));
-    std::vector<float*> gu_y(size_t(K));
+    std::vector<quant::WeightMatrix> gu(static_cast<size_t>(K));
+    std::vector<const quant::WeightMatrix*> gu_w(static_cast<size_t>(K));
+    std::vector<float*> gu_y(static_cast<size_t>(K));
     std::vector<int32_t> hit;
     for (int64_t e = 0; e < E; ++e)
       if (!by_expert[size_t(e)].empty()) hit.push_back(int32_t(e));
@@ -191,7 +191,7 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
   const int64_t P = spec_.per_layer_input_dim, PW = per_layer_inputs_ ? per_layer_inputs_->width() : 0;
   if (per_layer_inputs_) {
     phase(Op::PerLayerInputs);
-    std::vector<int32_t> tokens(size_t(T));
+    std::vector<int32_t> tokens(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) tokens[size_t(t)] = all_rows[size_t(t)].token;
     pli.resize(size_t(T * PW));
     per_layer_inputs_->prepare(tokens, x.data(), pli.data());

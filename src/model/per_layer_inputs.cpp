@@ -217,7 +217,7 @@ void PerLayerInputs::prepare(std::span<const int32_t> tokens, const float* embed
     const float proj_scale = 1.0f / std::sqrt(float(hidden_));
     const float row_scale = std::sqrt(float(dim_));
     const float mix = float(std::pow(2.0, -0.5));
-    std::vector<float> row(size_t(width_));
+    std::vector<float> row(static_cast<size_t>(width_));
     for (int64_t t : todo) {
       float* o = out + t * width_;
       // One token at a time: the same kernel call whatever the batch, so a prepared input is
@@ -249,7 +249,7 @@ void PerLayerInputs::hint(std::span<const int32_t> tokens) {
 }
 
 void PerLayerInputs::prefetch_loop() {
-  std::vector<float> row(size_t(width_));
+  std::vector<float> row(static_cast<size_t>(width_));
   std::unique_lock lock(mutex_);
   while (true) {
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

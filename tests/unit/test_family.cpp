@@ -287,12 +287,16 @@ TEST(FamilyGraph, PerLayerInputCachesGiveBitIdenticalLogits) {
       EXPECT_EQ(st.row_bytes, 3 * row_bytes);
       EXPECT_EQ(st.row_evictions, st.row_misses - 3);
     }
-    if (std::string(k.name) == "row cache at its row limit") EXPECT_EQ(st.row_entries, 2u);
+    if (std::string(k.name) == "row cache at its row limit") {
+      EXPECT_EQ(st.row_entries, 2u);
+    }
     if (std::string(k.name) == "hot cache") {
       EXPECT_EQ(st.hot_hits, kTokens.size());  // the second pass
       EXPECT_EQ(st.row_misses, kTokens.size());
     }
-    if (std::string(k.name) == "hot cache at its token limit") EXPECT_EQ(st.hot_entries, 5u);
+    if (std::string(k.name) == "hot cache at its token limit") {
+      EXPECT_EQ(st.hot_entries, 5u);
+    }
   }
   // A lossy decoded dtype is refused: hits and misses would differ.
   model::PerLayerInputConfig lossy = off;
