@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/matmul.h"
+#include "kernels/prefill.h"
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
 
@@ -66,6 +67,13 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
   bool fused = T == 1 && ws.size() <= 8;
   for (const auto* w : ws) fused = fused && decode_kernel_applies(*w) && w->cols == ws[0]->cols;
   if (fused) return qmatvec_q4(x, ws, ys, active_isa());
+  // Many tokens: one prefill call (activations quantized once for all the matrices).
+  const Isa isa = active_isa();
+  const Q8Activations q8_mode = q8_activations();
+  bool prefill = ws.size() <= 8;
+  for (const auto* w : ws)
+    prefill = prefill && prefill_kernel(w->format, isa, T, q8_mode) && w->cols == ws[0]->cols;
+  if (prefill) return prefill_matmul(x, T, ws, ys, isa, q8_mode);
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, T, *ws[i], ys[i]);
 }
 

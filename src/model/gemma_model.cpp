@@ -156,6 +156,23 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
   expert_rows_ += uint64_t(T);
 }
 
+namespace {
+
+// The per-row work of a step (embedding, norms, RoPE, residuals: each row's is independent of
+// the others') spread over the pool when there are several rows; one row runs inline.
+template <class Fn>
+void for_each_row(int64_t T, const Fn& fn) {
+  if (T < 2) {
+    for (int64_t t = 0; t < T; ++t) fn(t);
+    return;
+  }
+  kernels::ThreadPool::global().parallel_for(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) fn(t);
+  });
+}
+
+}  // namespace
+
 void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceKv* const> caches,
                          std::vector<float>& logits) const {
   int64_t T = int64_t(all_rows.size());
@@ -169,22 +186,23 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
     if (r.pos < 0) throw Error("negative position in batch");
   }
 
-  // LUMEN_PROFILE=1 times the ops of decode steps (one-token forwards).
-  const bool prof = T == 1 && op_profile_enabled();
+  // LUMEN_PROFILE=1 times the ops of every step (decode and prefill reported apart).
+  const bool prof = op_profile_enabled();
+  const bool prefill = T > 1;
   std::optional<OpTimer> timer;
   auto phase = [&](Op op) {
     timer.reset();
-    if (prof) timer.emplace(op, true);
+    if (prof) timer.emplace(op, true, prefill);
   };
 
   // Embedding lookup, scaled.
   phase(Op::Embed);
   std::vector<float> x(size_t(T * H));
-  for (int64_t t = 0; t < T; ++t) {
+  for_each_row(T, [&](int64_t t) {
     float* xt = x.data() + t * H;
     quant::dequantize_row(weights_.embed_tokens, all_rows[size_t(t)].token, xt);
     for (int64_t i = 0; i < H; ++i) xt[i] *= spec_.embedding_scale;
-  }
+  });
 
   // Per-layer inputs: a function of each token (its id and its scaled embedding).
   std::vector<float> pli;
@@ -203,7 +221,7 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
   std::span<const BatchRow> rows = all_rows;
 
   std::vector<float> h(size_t(T * H)), attn_out(size_t(T * H));
-  std::vector<float> q, k, v, attn, gate, up, cos, sin, moe_out, pl_gate;
+  std::vector<float> q, k, v, attn, gate, up, moe_out, pl_gate;
   const bool offset = spec_.norm_weight_offset;
   const float eps = spec_.rms_eps;
   const int first_shared = spec_.first_kv_shared_layer();
@@ -234,35 +252,37 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
     }
 
     phase(Op::Norms);
-    for (int64_t t = 0; t < T; ++t) rms_norm(&x[t * H], H, lw.input_norm.data(), offset, eps, &h[t * H]);
+    for_each_row(T, [&](int64_t t) { rms_norm(&x[t * H], H, lw.input_norm.data(), offset, eps, &h[t * H]); });
     phase(Op::QkvProj);
     q.resize(size_t(T * nq * hd));
     if (ls.stores_kv()) {
       k.resize(size_t(T * nkv * hd));
       v.resize(size_t(T * nkv * hd));
-      // One pool call for the projections sharing h (decode); k = v layers skip v_proj.
+      // One call for the projections sharing h (activations quantized once); k = v layers
+      // skip v_proj.
       const quant::WeightMatrix* qkv_w[] = {&lw.q_proj, &lw.k_proj, &lw.v_proj};
       float* qkv_y[] = {q.data(), k.data(), v.data()};
       const size_t n_proj = ls.k_eq_v ? 2 : 3;
       kernels::matmul_shared_input(h.data(), T, std::span(qkv_w, n_proj), std::span(qkv_y, n_proj));
       if (ls.k_eq_v) v = k;  // the raw projection, before k-norm and RoPE
     } else {
-      matmul(h.data(), T, lw.q_proj, q.data());
+      matmul(h.data(), T, lw.q_proj, q.data());  // a KV-shared layer: queries only
     }
 
     phase(Op::RopeKv);
-    cos.resize(size_t(pairs));
-    sin.resize(size_t(pairs));
     const float* qn = lw.q_norm.empty() ? nullptr : lw.q_norm.data();
     const float* kn = lw.k_norm.empty() ? nullptr : lw.k_norm.data();
-    for (int64_t t = 0; t < T; ++t) {
+    for_each_row(T, [&](int64_t t) {
+      thread_local std::vector<float> cos, sin;
+      cos.resize(size_t(pairs));
+      sin.resize(size_t(pairs));
       kernels::rope_angles(rows[size_t(t)].pos, inv_freq_[size_t(l)].data(), pairs, cos.data(), sin.data());
       for (int64_t j = 0; j < nq; ++j) {
         float* qh = &q[(t * nq + j) * hd];
         if (ls.q_norm) rms_norm(qh, hd, qn, offset, eps, qh);
         kernels::rope_rotate(qh, hd, pairs, cos.data(), sin.data());
       }
-      if (!ls.stores_kv()) continue;
+      if (!ls.stores_kv()) return;
       for (int64_t j = 0; j < nkv; ++j) {
         float* kh = &k[(t * nkv + j) * hd];
         float* vh = &v[(t * nkv + j) * hd];
@@ -270,8 +290,13 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
         kernels::rope_rotate(kh, hd, pairs, cos.data(), sin.data());
         if (ls.v_norm) rms_norm(vh, hd, nullptr, false, eps, vh);
       }
-      const BatchRow& r = rows[size_t(t)];
-      caches[size_t(r.seq)]->store(l, r.pos, &k[t * nkv * hd], &v[t * nkv * hd]);
+    });
+    // The caches are not shared-write safe (pages are allocated on demand): stores stay serial.
+    if (ls.stores_kv()) {
+      for (int64_t t = 0; t < T; ++t) {
+        const BatchRow& r = rows[size_t(t)];
+        caches[size_t(r.seq)]->store(l, r.pos, &k[t * nkv * hd], &v[t * nkv * hd]);
+      }
     }
 
     phase(Op::Attention);
@@ -280,14 +305,14 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
     phase(Op::OProj);
     matmul(attn.data(), T, lw.o_proj, attn_out.data());
     phase(Op::Residual);
-    for (int64_t t = 0; t < T; ++t) {
+    for_each_row(T, [&](int64_t t) {
       float* a = &attn_out[t * H];
       if (spec_.post_attention_norm) rms_norm(a, H, lw.post_attention_norm.data(), offset, eps, a);
       for (int64_t i = 0; i < H; ++i) x[size_t(t * H + i)] += a[i];
       float* f = &h[t * H];
       if (spec_.pre_ffn_norm) rms_norm(&x[t * H], H, lw.pre_ffn_norm.data(), offset, eps, f);
       else std::copy(&x[t * H], &x[t * H] + H, f);
-    }
+    });
 
     phase(Op::GateUp);
     const int64_t F = ls.ffn_dim;
@@ -309,44 +334,46 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
       moe_out.resize(size_t(T * H));
       experts(ls, lw, x.data(), T, moe_out.data());
       phase(Op::Residual);
-      for (int64_t t = 0; t < T; ++t) {
+      for_each_row(T, [&](int64_t t) {
         float* f = &attn_out[t * H];
         float* m = &moe_out[t * H];
         rms_norm(f, H, lw.post_ffn_norm_1.data(), offset, eps, f);
         rms_norm(m, H, lw.post_ffn_norm_2.data(), offset, eps, m);
         for (int64_t i = 0; i < H; ++i) f[i] += m[i];
-      }
+      });
     }
 
     phase(Op::Residual);
-    for (int64_t t = 0; t < T; ++t) {
+    for_each_row(T, [&](int64_t t) {
       float* f = &attn_out[t * H];
       if (spec_.post_ffn_norm) rms_norm(f, H, lw.post_ffn_norm.data(), offset, eps, f);
       float* xt = &x[t * H];
       for (int64_t i = 0; i < H; ++i) xt[i] += f[i];
-    }
+    });
 
     if (per_layer_inputs_) {
       // x += norm(W_proj (gelu(W_gate x) * input_l)), input_l this layer's slice.
       phase(Op::PerLayerGate);
       pl_gate.resize(size_t(T * P));
       matmul(x.data(), T, lw.per_layer_gate, pl_gate.data());
-      for (int64_t t = 0; t < T; ++t)
+      for_each_row(T, [&](int64_t t) {
         kernels::gated_gelu(&pl_gate[size_t(t * P)], &pli[size_t(t * PW + l * P)], P, &pl_gate[size_t(t * P)]);
+      });
       matmul(pl_gate.data(), T, lw.per_layer_projection, attn_out.data());
-      for (int64_t t = 0; t < T; ++t) {
+      for_each_row(T, [&](int64_t t) {
         float* f = &attn_out[t * H];
         rms_norm(f, H, lw.post_per_layer_norm.data(), offset, eps, f);
         float* xt = &x[t * H];
         for (int64_t i = 0; i < H; ++i) xt[i] += f[i];
-      }
+      });
     }
 
     // The layer scalar multiplies the whole hidden state, after every residual add.
-    for (int64_t t = 0; t < T; ++t) {
+    phase(Op::Residual);
+    for_each_row(T, [&](int64_t t) {
       float* xt = &x[t * H];
       for (int64_t i = 0; i < H; ++i) xt[i] *= lw.layer_scalar;
-    }
+    });
   }
 
   // Sliding layers' caches may drop what their window has left, now that every layer that
@@ -364,23 +391,26 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
 
   // Final norm and output projection, only for rows that want logits.
   phase(Op::Norms);
-  std::vector<float> selected;
-  int64_t n_out = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    if (!rows[size_t(t)].want_logits) continue;
-    selected.resize(size_t((n_out + 1) * H));
-    rms_norm(&x[t * H], H, weights_.final_norm.data(), offset, eps, &selected[n_out * H]);
-    ++n_out;
-  }
+  std::vector<int64_t> wanted;
+  for (int64_t t = 0; t < T; ++t)
+    if (rows[size_t(t)].want_logits) wanted.push_back(t);
+  const int64_t n_out = int64_t(wanted.size());
+  std::vector<float> selected(size_t(n_out * H));
+  for_each_row(n_out, [&](int64_t i) {
+    rms_norm(&x[wanted[size_t(i)] * H], H, weights_.final_norm.data(), offset, eps, &selected[i * H]);
+  });
   phase(Op::Logits);
   logits.assign(size_t(n_out * V), 0.0f);
   if (n_out > 0) {
     matmul(selected.data(), n_out, weights_.lm_head, logits.data());
     phase(Op::Softcap);
-    if (spec_.final_logit_softcap) kernels::softcap(logits.data(), n_out * V, *spec_.final_logit_softcap);
+    if (spec_.final_logit_softcap) {
+      const float cap = *spec_.final_logit_softcap;
+      for_each_row(n_out, [&](int64_t i) { kernels::softcap(&logits[i * V], V, cap); });
+    }
   }
   timer.reset();
-  if (prof) op_profile_step();
+  if (prof) op_profile_step(int64_t(all_rows.size()));
 }
 
 }  // namespace lumen::model
