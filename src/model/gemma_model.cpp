@@ -189,11 +189,8 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
   // LUMEN_PROFILE=1 times the ops of every step (decode and prefill reported apart).
   const bool prof = op_profile_enabled();
   const bool prefill = T > 1;
-  std::optional<OpTimer> timer;
-  auto phase = [&](Op op) {
-    timer.reset();
-    if (prof) timer.emplace(op, true, prefill);
-  };
+  PhaseTimer timer(prof, prefill);
+  auto phase = [&](Op op) { timer.start(op); };
 
   // Embedding lookup, scaled.
   phase(Op::Embed);
@@ -248,8 +245,8 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
         rows = kept;
         T = n;
       }
-      if (T == 0) break;
     }
+    if (T == 0) continue;  // no row wants logits: the shared layers have nothing to do
 
     phase(Op::Norms);
     for_each_row(T, [&](int64_t t) { rms_norm(&x[t * H], H, lw.input_norm.data(), offset, eps, &h[t * H]); });
@@ -409,7 +406,7 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
       for_each_row(n_out, [&](int64_t i) { kernels::softcap(&logits[i * V], V, cap); });
     }
   }
-  timer.reset();
+  timer.stop();
   if (prof) op_profile_step(int64_t(all_rows.size()));
 }
 
