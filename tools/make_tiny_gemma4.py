@@ -134,14 +134,17 @@ PRESETS: dict[str, dict] = {
     ),
     # ---- the rest of the family (E2B/E4B, 26B-A4B): one feature each, then all together.
     # per-layer input embeddings only (E2B/E4B's PLE table, projection and per-layer gates).
-    "tiny-ple": _preset(layer_types=[S, S, F, S, F], hidden_size_per_layer_input=8),
+    "tiny-ple": _preset(layer_types=[S, S, F, S, F], hidden_size_per_layer_input=32),
     # KV sharing only: the last 3 layers read the KV of layer 2 (sliding) / 3 (full).
     "tiny-kvshare": _preset(layer_types=[S, S, S, F, S, F, F], num_kv_shared_layers=3,
                             attention_k_eq_v=False, num_global_key_value_heads=None),
     # PLE and KV sharing together (E4B's layout: no double-wide MLP).
     "tiny-ple-kvshare": _preset(layer_types=[S, S, F, S, S, F], num_kv_shared_layers=3,
-                                hidden_size_per_layer_input=8, attention_k_eq_v=False,
+                                hidden_size_per_layer_input=16, attention_k_eq_v=False,
                                 num_global_key_value_heads=None),
+    # E2B's layout: per-layer inputs, KV sharing and the double-wide MLP (no k == v).
+    "tiny-e2b": _preset(layer_types=[S, S, F, S, S, F], num_kv_shared_layers=3, hidden_size_per_layer_input=16,
+                        use_double_wide_mlp=True, attention_k_eq_v=False, num_global_key_value_heads=None),
     # the double-wide MLP: KV-shared layers have 2 x intermediate_size (E2B has it, with PLE).
     "tiny-doublewide": _preset(layer_types=[S, F, S, S, F], num_kv_shared_layers=2,
                                use_double_wide_mlp=True, attention_k_eq_v=False,
@@ -155,7 +158,7 @@ PRESETS: dict[str, dict] = {
                            top_k_experts=5, moe_intermediate_size=40),
     # everything at once: PLE, KV sharing, double-wide MLP, MoE, k == v on full layers.
     "tiny-all": _preset(layer_types=[S, S, F, S, F, S, F], num_kv_shared_layers=3,
-                        hidden_size_per_layer_input=8, use_double_wide_mlp=True,
+                        hidden_size_per_layer_input=32, use_double_wide_mlp=True,
                         enable_moe_block=True, num_experts=8, top_k_experts=3,
                         moe_intermediate_size=24),
 }

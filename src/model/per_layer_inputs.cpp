@@ -106,7 +106,11 @@ const void* PerLayerInputs::table_data() const {
   return resident_.empty() ? w_.per_layer_table.data : resident_.data();
 }
 
-size_t PerLayerInputs::table_row_bytes() const { return w_.per_layer_table.row_bytes(); }
+size_t PerLayerInputs::table_row_bytes() const {
+  // Row-major formats: the row's bytes; an interleaved layout: a row's share of its group.
+  const quant::WeightMatrix& t = w_.per_layer_table;
+  return t.rows > 0 ? t.storage_bytes() / size_t(t.rows) : 0;
+}
 
 void PerLayerInputs::decode_from_table(int32_t token, float* out) {
   quant::WeightMatrix table = w_.per_layer_table;
@@ -263,7 +267,8 @@ void PerLayerInputs::prefetch_loop() {
     if (config_.row_cache) {
       decode_from_table(id, row.data());
     } else {
-      // No cache to fill: read the row's bytes so its pages are resident when asked for.
+      // No cache to fill: read the row's bytes so its pages are resident when asked for (an
+      // interleaved table's group, approximately).
       const auto* p = static_cast<const volatile std::byte*>(table_data()) + size_t(id) * table_row_bytes();
       std::byte sink{};
       for (size_t i = 0; i < table_row_bytes(); i += 64) sink ^= p[i];
