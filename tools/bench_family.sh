@@ -5,7 +5,7 @@
 # step's time goes.
 #   tools/bench_family.sh [LUMEN_BINARY] [SHAPES...]   (default build/lumen; e2b e4b 26b-a4b)
 # Makes the synthetic models under $LUMEN_MODELS_DIR (default /work/models) when missing:
-# about 3.2 GB (E2B), 5.0 GB (E4B) and 15 GB (26B-A4B). Run it on a quiet machine; every
+# 2.6 GB (E2B), 4.2 GB (E4B) and 14.2 GB (26B-A4B). Run it on a quiet machine; every
 # figure also comes with the CPU share the process got.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
