@@ -110,6 +110,9 @@ void prefill_matmul_with(const float* x, int64_t T, std::span<const quant::Weigh
 // y_r = fma(float(sum_r + corr), d_r * d_x, y_r), blocks in column order.
 constexpr int64_t kR16Rows = 16;
 constexpr size_t kR16BlockBytes = 8 * 64 + 16 * 4;
+// Blocks the SIMD tiles take in one run over all their tokens (9 KiB of prepared weights and
+// 16 tokens' activations of those blocks, 12 KiB, fit L1 together).
+constexpr int64_t kR16L1Blocks = 16;
 
 namespace detail {
 size_t r16_slab_bytes(int64_t k0, int64_t k1);

@@ -22,11 +22,12 @@ inline int32_t dword_at(const int8_t* p) {
 }
 
 // All 16 rows of the slab (two ymm of 8) against tokens t0 .. t0 + n - 1 (NT computed, the
-// missing ones repeat the last token and are not stored). Each broadcast activation dword
-// serves both halves; j runs outside the tokens so their int16 sums are independent chains.
+// missing ones repeat the last token and are not stored) over the slab's blocks [b0, b1),
+// continuing the sums in a.out unless `first`. Each broadcast activation dword serves both
+// halves; j runs outside the tokens so their int16 sums are independent chains.
 template <int NT>
-void r16_pass(const PrefillTileArgs& a, int t0, int n) {
-  const int64_t kb0 = a.k0 / 32, nb = (std::min(a.k1, a.w->cols) - a.k0 + 31) / 32;
+void r16_pass(const PrefillTileArgs& a, int t0, int n, int64_t b0, int64_t b1, bool first) {
+  const int64_t kb0 = a.k0 / 32;
   const ActBlock* act[NT];
   #pragma GCC unroll 16
   for (int t = 0; t < NT; ++t)
@@ -34,8 +35,12 @@ void r16_pass(const PrefillTileArgs& a, int t0, int n) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][2];
   #pragma GCC unroll 16
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  for (int64_t kb = 0; kb < nb; ++kb) {
+  for (int t = 0; t < NT; ++t) {
+    const bool load = !first && t < n;
+    acc[t][0] = load ? _mm256_loadu_ps(a.out + (t0 + t) * kR16Rows) : _mm256_setzero_ps();
+    acc[t][1] = load ? _mm256_loadu_ps(a.out + (t0 + t) * kR16Rows + 8) : _mm256_setzero_ps();
+  }
+  for (int64_t kb = b0; kb < b1; ++kb) {
     const std::byte* blk = a.scratch + size_t(kb) * kR16BlockBytes;
     __m256i s16[NT][2];
     #pragma GCC unroll 16
@@ -80,7 +85,13 @@ inline int32_t hsum_epi32(__m256i v) {
 
 void r16_tile_avx2(const PrefillTileArgs& a) {
   constexpr int kPass = 2;  // 16 rows x 2 tokens: 4 int16 sums + 4 accumulators + 2 weight vectors
-  for (int t0 = 0; t0 < a.nt; t0 += kPass) r16_pass<kPass>(a, t0, std::min(kPass, a.nt - t0));
+  // Blocks in L1-sized runs (9 KiB of prepared weights, the tile's activations of the run
+  // beside them) that every pass of tokens goes over before the next run: the weights come
+  // from L1, not L2, for all but the first pass. The sums carry over in a.out.
+  const int64_t nb = (std::min(a.k1, a.w->cols) - a.k0 + 31) / 32;
+  for (int64_t b0 = 0; b0 < nb; b0 += kR16L1Blocks)
+    for (int t0 = 0; t0 < a.nt; t0 += kPass)
+      r16_pass<kPass>(a, t0, std::min(kPass, a.nt - t0), b0, std::min(nb, b0 + kR16L1Blocks), b0 == 0);
 }
 
 void quantize_act_blocks_avx2(const float* x, int64_t cols, ActBlock* out) {

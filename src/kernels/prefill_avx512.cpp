@@ -35,17 +35,20 @@ inline int32_t dword_at(const int8_t* p) {
   return v;
 }
 
+// Tokens t0 .. t0 + n - 1 (NT computed, the missing ones repeat the last token and are not
+// stored) over the slab's blocks [b0, b1), continuing the sums in a.out unless `first`.
 template <int NT, bool Q8>
-void r16_pass(const PrefillTileArgs& a, int t0, int n) {
-  const int64_t kb0 = a.k0 / 32, nb = (std::min(a.k1, a.w->cols) - a.k0 + 31) / 32;
+void r16_pass(const PrefillTileArgs& a, int t0, int n, int64_t b0, int64_t b1, bool first) {
+  const int64_t kb0 = a.k0 / 32;
   const ActBlock* act[NT];
   #pragma GCC unroll 16
   for (int t = 0; t < NT; ++t)
     act[t] = reinterpret_cast<const ActBlock*>(a.act + size_t(t0 + std::min(t, n - 1)) * a.act_stride) + kb0;
   __m512 acc[NT];
   #pragma GCC unroll 16
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t kb = 0; kb < nb; ++kb) {
+  for (int t = 0; t < NT; ++t)
+    acc[t] = !first && t < n ? _mm512_loadu_ps(a.out + (t0 + t) * kR16Rows) : _mm512_setzero_ps();
+  for (int64_t kb = b0; kb < b1; ++kb) {
     const std::byte* blk = a.scratch + size_t(kb) * kR16BlockBytes;
     __m512i sum[NT];
     #pragma GCC unroll 16
@@ -65,12 +68,18 @@ void r16_pass(const PrefillTileArgs& a, int t0, int n) {
   for (int t = 0; t < n; ++t) _mm512_storeu_ps(a.out + (t0 + t) * kR16Rows, acc[t]);
 }
 
+// Blocks in L1-sized runs that every pass of tokens goes over before the next run (the
+// prepared weights then come from L1 for all but the first pass); sums carry over in a.out.
 template <bool Q8>
 void r16_tile(const PrefillTileArgs& a) {
-  for (int t0 = 0; t0 < a.nt; t0 += 8) {
-    const int n = std::min(8, a.nt - t0);
-    if (n > 4) r16_pass<8, Q8>(a, t0, n);
-    else r16_pass<4, Q8>(a, t0, n);
+  const int64_t nb = (std::min(a.k1, a.w->cols) - a.k0 + 31) / 32;
+  for (int64_t b0 = 0; b0 < nb; b0 += kR16L1Blocks) {
+    const int64_t b1 = std::min(nb, b0 + kR16L1Blocks);
+    for (int t0 = 0; t0 < a.nt; t0 += 8) {
+      const int n = std::min(8, a.nt - t0);
+      if (n > 4) r16_pass<8, Q8>(a, t0, n, b0, b1, b0 == 0);
+      else r16_pass<4, Q8>(a, t0, n, b0, b1, b0 == 0);
+    }
   }
 }
 

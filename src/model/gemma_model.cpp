@@ -217,6 +217,28 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
   std::vector<BatchRow> kept;
   std::span<const BatchRow> rows = all_rows;
 
+  // RoPE tables per distinct frequency set, made at the first layer that uses the set.
+  struct RopeTable {
+    const std::vector<float>* inv_freq = nullptr;
+    std::vector<float> cos, sin;  // [T, pairs]
+  };
+  std::vector<RopeTable> rope_tables;
+  rope_tables.reserve(inv_freq_.size());
+  auto rope_table = [&](int layer) -> const RopeTable& {
+    const std::vector<float>& inv = inv_freq_[size_t(layer)];
+    for (const RopeTable& r : rope_tables)
+      if (*r.inv_freq == inv) return r;
+    RopeTable& r = rope_tables.emplace_back();
+    r.inv_freq = &inv;
+    const int64_t pairs = int64_t(inv.size());
+    r.cos.resize(size_t(T * pairs));
+    r.sin.resize(size_t(T * pairs));
+    for_each_row(T, [&](int64_t t) {
+      kernels::rope_angles(rows[size_t(t)].pos, inv.data(), pairs, r.cos.data() + t * pairs, r.sin.data() + t * pairs);
+    });
+    return r;
+  };
+
   std::vector<float> h(size_t(T * H)), attn_out(size_t(T * H));
   std::vector<float> q, k, v, attn, gate, up, moe_out, pl_gate;
   const bool offset = spec_.norm_weight_offset;
@@ -244,6 +266,7 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
         }
         rows = kept;
         T = n;
+        rope_tables.clear();  // made again for the rows kept (references do not outlive a layer)
       }
     }
     if (T == 0) continue;  // no row wants logits: the shared layers have nothing to do
@@ -269,22 +292,23 @@ void GemmaModel::forward(std::span<const BatchRow> all_rows, std::span<SequenceK
     phase(Op::RopeKv);
     const float* qn = lw.q_norm.empty() ? nullptr : lw.q_norm.data();
     const float* kn = lw.k_norm.empty() ? nullptr : lw.k_norm.data();
+    // The angles depend on the row's position and the layer's frequencies only, and the layers
+    // share a few frequency sets (Gemma: sliding and full): each set's table once per step.
+    const RopeTable& rope = rope_table(l);
     for_each_row(T, [&](int64_t t) {
-      thread_local std::vector<float> cos, sin;
-      cos.resize(size_t(pairs));
-      sin.resize(size_t(pairs));
-      kernels::rope_angles(rows[size_t(t)].pos, inv_freq_[size_t(l)].data(), pairs, cos.data(), sin.data());
+      const float* cos = rope.cos.data() + t * pairs;
+      const float* sin = rope.sin.data() + t * pairs;
       for (int64_t j = 0; j < nq; ++j) {
         float* qh = &q[(t * nq + j) * hd];
         if (ls.q_norm) rms_norm(qh, hd, qn, offset, eps, qh);
-        kernels::rope_rotate(qh, hd, pairs, cos.data(), sin.data());
+        kernels::rope_rotate(qh, hd, pairs, cos, sin);
       }
       if (!ls.stores_kv()) return;
       for (int64_t j = 0; j < nkv; ++j) {
         float* kh = &k[(t * nkv + j) * hd];
         float* vh = &v[(t * nkv + j) * hd];
         if (ls.k_norm) rms_norm(kh, hd, kn, offset, eps, kh);
-        kernels::rope_rotate(kh, hd, pairs, cos.data(), sin.data());
+        kernels::rope_rotate(kh, hd, pairs, cos, sin);
         if (ls.v_norm) rms_norm(vh, hd, nullptr, false, eps, vh);
       }
     });
