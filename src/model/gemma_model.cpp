@@ -120,13 +120,24 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
       gu_y[i] = &gate_up[i * size_t(2 * W)];
     }
     kernels::matmul_shared_input(h.data(), 1, std::span(gu_w.data(), hit.size()), std::span(gu_y.data(), hit.size()));
-    act.resize(size_t(W));
-    down.resize(size_t(H));
+    // ... and their down projections, each on its own input, one more call.
+    act.resize(hit.size() * size_t(W));
+    down.resize(hit.size() * size_t(H));
+    std::vector<quant::WeightMatrix> dn(hit.size());
+    std::vector<const quant::WeightMatrix*> dn_w(hit.size());
+    std::vector<const float*> dn_x(hit.size());
+    std::vector<float*> dn_y(hit.size());
     for (size_t i = 0; i < hit.size(); ++i) {
       const float* g = &gate_up[i * size_t(2 * W)];
-      kernels::gated_gelu(g, g + W, W, act.data());
-      matmul(act.data(), 1, lw.expert_down.at(hit[i]), down.data());
-      kernels::axpy(by_expert[size_t(hit[i])][0].second, down.data(), H, out);
+      kernels::gated_gelu(g, g + W, W, &act[i * size_t(W)]);
+      dn[i] = lw.expert_down.at(hit[i]);
+      dn_w[i] = &dn[i];
+      dn_x[i] = &act[i * size_t(W)];
+      dn_y[i] = &down[i * size_t(H)];
+    }
+    kernels::matvec_each(dn_x, dn_w, dn_y);
+    for (size_t i = 0; i < hit.size(); ++i) {
+      kernels::axpy(by_expert[size_t(hit[i])][0].second, &down[i * size_t(H)], H, out);
       bytes += lw.expert_gate_up.stride + lw.expert_down.stride;
     }
   } else {

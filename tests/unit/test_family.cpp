@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/qmatmul_decode.h"
 #include "kv/contiguous_cache.h"
 #include "kv/kv_config.h"
 #include "kv/paged_cache.h"
 #include "model/gemma_model.h"
+#include "quant/convert.h"
 #include "runtime/run_config.h"
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
@@ -320,6 +325,47 @@ TEST(FamilyGraph, PerLayerInputsChangeTheLogits) {
   float diff = 0;
   for (size_t i = 0; i < la.size(); ++i) diff = std::max(diff, std::fabs(la[i] - lb[i]));
   EXPECT_GT(diff, 1e-2f);
+}
+
+TEST(FamilyKernels, MatvecEachEqualsOneMatmulPerMatrixOnEveryIsa) {
+  // The decode step's expert down projections: several Q4_0X4 matrices, each with its own input,
+  // in one pool call; the same floats as a call per matrix.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t rows = 20, cols = 72;  // padded rows and columns
+  std::vector<std::vector<std::byte>> store;
+  std::vector<quant::WeightMatrix> ws;
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<float> f(size_t(rows * cols));
+    for (auto& v : f) v = nd(rng);
+    const quant::WeightMatrix src{quant::WeightFormat::F32, rows, cols, f.data()};
+    auto& buf = store.emplace_back(quant::format_storage_bytes(quant::WeightFormat::Q4_0X4, rows, cols));
+    quant::convert_rows(src, quant::WeightFormat::Q4_0X4, 0, rows, buf.data());
+    ws.push_back({quant::WeightFormat::Q4_0X4, rows, cols, buf.data()});
+    auto& x = xs.emplace_back(size_t(cols));
+    for (auto& v : x) v = nd(rng);
+  }
+  xs[3] = xs[1];  // a shared input among distinct ones
+  const kernels::Isa before = kernels::active_isa();
+  for (kernels::Isa isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (!kernels::cpu_supports(isa)) continue;
+    kernels::set_isa(isa);
+    std::vector<std::vector<float>> fused(ws.size(), std::vector<float>(size_t(rows))), alone = fused;
+    std::vector<const quant::WeightMatrix*> w;
+    std::vector<const float*> x;
+    std::vector<float*> y;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      w.push_back(&ws[i]);
+      x.push_back(xs[i].data());
+      y.push_back(fused[i].data());
+      kernels::matmul(xs[i].data(), 1, ws[i], alone[i].data());
+    }
+    kernels::matvec_each(x, w, y);
+    for (size_t i = 0; i < ws.size(); ++i)
+      EXPECT_EQ(std::memcmp(fused[i].data(), alone[i].data(), size_t(rows) * 4), 0) << kernels::isa_name(isa) << " " << i;
+  }
+  kernels::set_isa(before);
 }
 
 TEST(FamilyRunConfig, PerLayerInputsBlockOfTheSeedManifestParsesAndBadValuesNameTheField) {
