@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "cli/model_flags.h"
+#include "runtime/run_config.h"
 #include "runtime/bench.h"
 #include "runtime/bench_kernels.h"
 #include "runtime/bench_prefill.h"
@@ -19,6 +20,7 @@ struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
   bool json = false, machine = false, kernels = false, prefill_kernels = false;
+  lumen::runtime::RunFlags run;  // the --ple-* flags
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
@@ -35,6 +37,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
                 "Only time the prefill matmuls on 12B-shaped Q4 matrices at -p tokens (default 128 here)");
   cmd->add_flag("--json", opts->json, "Print JSON");
   lumen::cli::add_exact_flag(cmd);
+  lumen::cli::add_per_layer_input_flags(cmd, opts->run);
   return std::pair{cmd, lumen::cli::Runner([opts, prompt_opt] {
     using namespace lumen::runtime;
     if (opts->machine) {
@@ -63,6 +66,9 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
     bo.n_prompt = opts->n_prompt;
     bo.n_gen = opts->n_gen;
     bo.quant = opts->quant;
+    RunConfig run;
+    apply_run_flags(run, opts->run);
+    bo.per_layer_inputs = run.per_layer_inputs;
     const BenchResult r = run_bench(opts->model, bo, limits);
     if (opts->json) fmt::print("{}\n", bench_to_json(r).dump(2));
     else fmt::print("{}", bench_to_text(r));

@@ -33,6 +33,18 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--kv-cold", f.run.kv_cold, "Cold tier of full-attention layers: off, f32, f16, bf16, int8, int4");
   cmd->add_option("--hot-window", f.run.hot_window, "Positions of full-attention layers kept hot when tiered (default 1024)");
   cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step (default 256; serve: 64, so running streams keep flowing)");
+  add_per_layer_input_flags(cmd, f.run);
+}
+
+void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run) {
+  cmd->add_option("--ple-table", run.ple_table,
+                  "Per-layer input table (E2B/E4B): mapped (read in place, default) or resident (copied into memory)");
+  cmd->add_option("--ple-row-cache", run.ple_row_cache, "Per-layer input row cache: off, or the rows it keeps (default 512)");
+  cmd->add_option("--ple-row-cache-bytes", run.ple_row_cache_bytes, "Byte limit of the row cache (e.g. 64MiB; default 64MiB)");
+  cmd->add_option("--ple-row-dtype", run.ple_row_dtype, "Element type of cached rows: f32 (default), or the table's own bf16/f16");
+  cmd->add_option("--ple-prefetch", run.ple_prefetch, "Prefetch of upcoming tokens' rows: off, or rows ahead (default 1)");
+  cmd->add_option("--ple-hot-cache", run.ple_hot_cache, "Prepared per-layer inputs kept: off, or tokens (default 1024)");
+  cmd->add_option("--ple-hot-bytes", run.ple_hot_bytes, "Byte limit of the prepared-input cache (default 64MiB)");
 }
 
 std::string model_path_of(const std::string& model_flag, const ModelFlags& f) {

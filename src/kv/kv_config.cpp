@@ -214,6 +214,7 @@ KvFootprint kv_footprint(const spec::ModelSpec& spec, const KvConfig& c) {
   f.tiering = c.tiering && !f.contiguous;
   const int ps = f.page_size;
   for (const auto& ls : spec.layers) {
+    if (!ls.stores_kv()) continue;  // KV-shared: reads another layer's rows
     const int64_t row = int64_t(ls.num_kv_heads) * ls.head_dim;
     if (ls.window > 0 && !f.contiguous) {
       f.bounded_bytes_per_token += kv_row_bytes(c.dtype, row, c.block_size);

@@ -65,7 +65,8 @@ class Engine {
   // Session settings (KV cache, prefill chunk, ...) of the runs this engine drives: its own
   // loops below, and the Sessions made from it. Default: RunConfig{}.
   const RunConfig& run_config() const { return run_config_; }
-  void set_run_config(RunConfig config) { run_config_ = std::move(config); }
+  // Also applies the per-layer input settings to the model (models that have them).
+  void set_run_config(RunConfig config);
 
   // Logits [tokens.size(), vocab] for every position of one sequence, prefilled in chunks
   // of `chunk` rows (each chunk is one batched forward step; 0: run_config().prefill_chunk).

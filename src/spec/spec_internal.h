@@ -104,6 +104,12 @@ std::string rope_type_for(double partial_factor, int freq_base_dim, int head_dim
 // notes (and unreachable stop ids are dropped), as transformers only warns about them.
 void validate_spec(ModelSpec& spec);
 
+// Marks the last `num_shared` layers KV-shared, as transformers' Gemma4TextConfig does: each
+// reads the keys and values of the last earlier non-shared layer of its attention kind and
+// drops its k-norm; with `double_wide_mlp` its MLP is twice as wide. `field` names the count in
+// errors (a count past the layers, a shared kind no earlier layer has).
+void assign_kv_sharing(ModelSpec& spec, int num_shared, bool double_wide_mlp, const std::string& field);
+
 // One Gemma 3 layer (GGUF and HF config alike): q/k norms with gains, no v norm, no layer
 // scalar, full RoPE; sliding layers use the local theta and no scaling, full layers the
 // global theta and `global_scaling`.
