@@ -704,6 +704,13 @@ GgufFile GgufFile::open(const std::string& path) {
   return file;
 }
 
+GgufFile GgufFile::parse(const std::byte* data, size_t size, const std::string& name) {
+  GgufFile file;
+  file.file_ = std::make_unique<MappedFile>(MappedFile::borrow(name, data, size));
+  GgufParser(file).parse();
+  return file;
+}
+
 const GgufValue* GgufFile::find_metadata(std::string_view key) const {
   auto it = metadata_index_.find(key);
   return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;

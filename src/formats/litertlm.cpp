@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/flatbuffer.h"
 
 namespace lumen::formats {
@@ -380,8 +381,12 @@ nlohmann::json litertlm_to_json(const LitertlmFile& f) {
       case SectionType::LlmMetadataProto: sj["llm_metadata"] = llm_metadata_to_json(f.llm_metadata(s)); break;
       case SectionType::HF_Tokenizer_Zlib: {
         const std::string json_text = f.hf_tokenizer_json(s);
-        const auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-        if (doc.is_discarded()) throw Error(f.section_name(s) + ": inflated tokenizer is not valid JSON");
+        nlohmann::json doc;
+        try {
+          doc = parse_json(json_text);
+        } catch (const nlohmann::json::exception&) {
+          throw Error(f.section_name(s) + ": inflated tokenizer is not valid JSON");
+        }
         nlohmann::json hj = {{"uncompressed_size", json_text.size()}};
         if (doc.is_object() && doc.contains("model") && doc["model"].is_object()) {
           const auto& model = doc["model"];

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/gguf.h"
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
@@ -406,7 +407,7 @@ ModelSpec load_spec(const std::string& path) {
 
   json document;
   try {
-    document = json::parse(text.str());
+    document = parse_json(text.str());
   } catch (const json::parse_error& e) {
     detail::fail(name, std::string("not valid JSON: ") + e.what());
   }
