@@ -71,8 +71,7 @@ MetaValue read_value(const fb::Table& kv, uint8_t type, bool structs) {
 }
 
 std::vector<KeyValue> read_pairs(const fb::Vector& v, bool structs) {
-  std::vector<KeyValue> out;
-  out.reserve(v.size());
+  std::vector<KeyValue> out;  // grows as pairs decode: never reserved for a count from the file
   for (uint32_t i = 0; i < v.size(); ++i) {
     const fb::Table kv = v.table(i);
     auto key = kv.string(0, "key");

@@ -42,6 +42,12 @@ void fail(const std::string& source, const std::string& message) {
   throw Error(one_line(source + ": " + message));
 }
 
+void check_layer_count(const std::string& source, const std::string& field, int64_t n) {
+  if (n < 1 || n > kMaxLayers)
+    fail(source, field + " is " + std::to_string(n) + "; Lumen builds models of 1 to " + std::to_string(kMaxLayers) +
+                     " layers");
+}
+
 std::string show(const json& value) {
   std::string text = value.is_string()
                          ? squote(value.get<std::string>())

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include "formats/mapped_file.h"
 #include "formats/packed.h"
 #include "formats/safetensors.h"
+#include "formats/tflite.h"
 #include "runtime/sampler.h"
 #include "server/openai_api.h"
 #include "spec/model_spec.h"
@@ -115,6 +119,85 @@ TEST(SizeBounds, PackedTensorSizeThatWrapsIsRefused) {
   EXPECT_NE(error_of([&] {
               formats::PackedFile::parse(reinterpret_cast<const std::byte*>(packed.data()), packed.size(), "w.lmp");
             }).find("tensor 'w'"),
+            std::string::npos);
+}
+
+TEST(SizeBounds, LayerCountsAreBoundedBeforeLayersAreBuilt) {
+  // 2^30 layers would be a hundred gigabytes of layer specs before any tensor is looked at.
+  for (const char* type : {"gemma4_text", "gemma3_text"}) {
+    const nlohmann::json config = {{"model_type", type},          {"vocab_size", 300},
+                                   {"hidden_size", 64},           {"intermediate_size", 64},
+                                   {"num_hidden_layers", 1 << 30}, {"num_attention_heads", 2},
+                                   {"num_key_value_heads", 1},    {"head_dim", 32},
+                                   {"max_position_embeddings", 512}};
+    EXPECT_NE(error_of([&] { spec::spec_from_hf_config(config, "huge/config.json"); }).find("1 to 1024 layers"),
+              std::string::npos)
+        << type;
+  }
+}
+
+// A TFLite FlatBuffer of a few KB whose offsets all share one subgraph and one tensor:
+// `subgraphs` subgraph slots x `tensors` tensor slots decode to subgraphs x tensors tensors.
+std::string shared_offsets_tflite(uint32_t subgraphs, uint32_t tensors) {
+  std::string b;
+  auto u16 = [&](uint16_t v) { b.append(reinterpret_cast<const char*>(&v), 2); };
+  auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  auto set32 = [&](size_t at, uint32_t v) { std::memcpy(b.data() + at, &v, 4); };
+  auto offset_to = [&](size_t slot, size_t target) { set32(slot, uint32_t(target - slot)); };
+  u32(0);
+  b += "TFL3";
+  // vtables: Model {2 subgraphs, 4 buffers}, SubGraph {0 tensors}, Buffer {}, Tensor {0 shape}
+  const size_t model_vt = b.size();
+  u16(4 + 2 * 5); u16(12); u16(0); u16(0); u16(4); u16(0); u16(8);
+  const size_t graph_vt = b.size();
+  u16(6); u16(8); u16(4);
+  const size_t empty_vt = b.size();
+  u16(4); u16(4);
+  const size_t tensor_vt = b.size();
+  u16(6); u16(8); u16(4);
+  if (b.size() % 4) b.append(4 - b.size() % 4, '\0');
+  const size_t model = b.size();
+  offset_to(0, model);
+  u32(uint32_t(model - model_vt)); u32(0); u32(0);
+  const size_t subgraph_slots = b.size();
+  u32(subgraphs);
+  for (uint32_t i = 0; i < subgraphs; ++i) u32(0);
+  offset_to(model + 4, subgraph_slots);
+  const size_t buffers = b.size();
+  u32(1); u32(0);
+  offset_to(model + 8, buffers);
+  const size_t empty_buffer = b.size();
+  u32(uint32_t(empty_buffer - empty_vt));
+  offset_to(buffers + 4, empty_buffer);
+  const size_t graph = b.size();
+  u32(uint32_t(graph - graph_vt)); u32(0);
+  for (uint32_t i = 0; i < subgraphs; ++i) offset_to(subgraph_slots + 4 + 4 * i, graph);
+  const size_t tensor_slots = b.size();
+  u32(tensors);
+  for (uint32_t i = 0; i < tensors; ++i) u32(0);
+  offset_to(graph + 4, tensor_slots);
+  const size_t tensor = b.size();
+  u32(uint32_t(tensor - tensor_vt)); u32(0);
+  for (uint32_t i = 0; i < tensors; ++i) offset_to(tensor_slots + 4 + 4 * i, tensor);
+  const size_t shape = b.size();
+  u32(1); u32(7);
+  offset_to(tensor + 4, shape);
+  return b;
+}
+
+TEST(SizeBounds, FlatBufferOffsetsSharedOverAndOverAreRefused) {
+  // 2 x 2 decodes fine: the builder is right.
+  const std::string small = shared_offsets_tflite(2, 2);
+  const auto model = formats::TfliteModel::parse(reinterpret_cast<const std::byte*>(small.data()), small.size(), "s");
+  ASSERT_EQ(model.subgraphs.size(), 2u);
+  EXPECT_EQ(model.subgraphs[1].tensors.size(), 2u);
+  EXPECT_EQ(model.subgraphs[1].tensors[1].shape, std::vector<int32_t>{7});
+  // 4000 x 4000 (32 KB) would be 16 million tensors: refused long before.
+  const std::string bomb = shared_offsets_tflite(4000, 4000);
+  EXPECT_LT(bomb.size(), 40000u);
+  EXPECT_NE(error_of([&] {
+              formats::TfliteModel::parse(reinterpret_cast<const std::byte*>(bomb.data()), bomb.size(), "bomb.tflite");
+            }).find("over and over"),
             std::string::npos);
 }
 
