@@ -60,7 +60,7 @@ GREEDY_N = 24
 STOP_IDS = {1, 106}
 
 # Per recipe: (mean KL, max KL, top-1 agreement, near-tie margin in logits), over the 65
-# positions of PROMPTS. Measured (notes/litert-google.md), Lumen on the package's weights vs the
+# positions of PROMPTS. Measured (docs/litert.md), Lumen on the package's weights vs the
 # interpreter: int8 KL mean 0.0206 / max 0.092 / top-1 0.937; int4 0.0334 / 0.108 / 0.774; every
 # top-1 or greedy disagreement at a reference margin under 0.65 logits. The "dynamic" recipes
 # make the interpreter quantize activations to int8 on the fly, so it differs from any float
@@ -285,7 +285,7 @@ def _package_args(package) -> list:
     pkg = Path(package["package"])
     cmap = TOOLS / "litert_maps" / f"{pkg.stem}.map.json"
     if not cmap.is_file():
-        pytest.fail(f"{cmap} is missing: write it with `lumen verify {pkg} --constants` (see notes/litert-weights.md)")
+        pytest.fail(f"{cmap} is missing: write it with `lumen verify {pkg} --constants` (see docs/litert.md)")
     return ["-m", pkg, "--config", package["config"], "--map", cmap]
 
 
@@ -375,7 +375,7 @@ def test_lm_lora_fixture_interpreter(shared, work):
     """LiteRT-LM's own test package (a toy 128-token model with LoRA inputs) through the
     interpreter: its decode signature runs with the LoRA weights at zero and gives the same
     finite logits twice. litert-lm itself gives a different text on every run of this package
-    without its adapter (measured, notes/litert-google.md), so only the interpreter is compared."""
+    without its adapter (measured, docs/litert.md), so only the interpreter is compared."""
     pkg = shared / "fixtures" / "litertlm" / "test_lm_lora.litertlm"
     ids = [2, 5, 7, 9, 11, 13]
     a = _interpreter_all_logits(pkg, ids, work, "lora-a")

@@ -162,7 +162,7 @@ def test_f16_kv_of_the_seed_session_is_honoured_and_close(weights, tmp_path):
     assert diff < F16_ABS_TOL, diff
     assert np.mean(f16.argmax(-1) == plain.argmax(-1)) >= 0.97
     # Paged f16 against contiguous f16: the same f16 rows, read back through another path (measured
-    # 2.0e-4 relative; notes/kv.md states 3e-3 absolute on logits up to 30 for the same comparison).
+    # 2.0e-4 relative; docs/kv.md states 3e-3 absolute on logits up to 30 for the same comparison).
     paged = logits(tmp_path, "f16p", "--manifest", m, "--weights", weights, "--allow-unverified", "--kv-layout", "paged")
     assert np.abs(paged - f16).max() <= F16_LAYOUT_REL_TOL * np.abs(f16).max()
 
