@@ -129,6 +129,9 @@ int serve(const ServeOptions& o) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (!listening) return;  // woken by the main thread: listen() ended on its own
+    // A signal that came while the model loaded waited for this thread; stop() before the
+    // server runs would be lost, so let listen() start first.
+    for (int i = 0; i < 500 && listening && !server.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::cerr << "lumen: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": not accepting new connections; "
               << server.in_flight() << " answer(s) in flight, waiting up to " << o.shutdown_timeout << " s" << std::endl;
     server.stop();
@@ -140,7 +143,8 @@ int serve(const ServeOptions& o) {
     if (server.in_flight() > 0) {
       std::cerr << "lumen: cancelling " << server.in_flight() << " answer(s)" << std::endl;
       scheduler.cancel_all();
-      const auto grace = steady_clock::now() + seconds(2);
+      // Cancelled sequences leave at the worker's next step; their answers then end at once.
+      const auto grace = steady_clock::now() + seconds(10);
       while (server.in_flight() > 0 && steady_clock::now() < grace) wait_signal(stop_signals, milliseconds(20));
     }
     server.close_connections();

@@ -223,6 +223,14 @@ void Scheduler::run() {
         stats_.waiting_for_memory = false;
         continue;
       }
+      // Queued requests whose client went away (or whose time ran out) leave now, wherever
+      // they are in the queue.
+      std::erase_if(queue_, [&](const std::unique_ptr<Pending>& p) {
+        if (!p->ticket->cancel_requested()) return false;
+        p->ticket->finish(FinishReason::Cancelled, 0);
+        ++stats_.cancelled;
+        return true;
+      });
       // Newcomers join between steps, oldest first, while a slot and the KV memory they
       // reserve are free.
       stats_.waiting_for_memory = false;

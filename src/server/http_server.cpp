@@ -523,6 +523,8 @@ void Server::stop() {
   impl_->http.stop();
 }
 
+bool Server::running() const { return impl_->http.is_running(); }
+
 int Server::in_flight() const { return impl_->in_flight.load(); }
 
 void Server::close_connections() {

@@ -64,6 +64,8 @@ class Server {
   // scheduler's cancel_all() cuts them short), and generation requests arriving on
   // connections still open get a 503. listen() returns when the last handler is done.
   void stop();
+  // True while listen() accepts connections.
+  bool running() const;
   // Generation requests being answered now.
   int in_flight() const;
   // Shuts down every connection still open (after stop(): idle keep-alive connections, and

@@ -30,9 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const tokenizer::Tokenizer& tok = *all[in.byte() % all.size()].tokenizer;
   fuzz::expect_clean([&] {
     const std::string prompt = tokenizer::render_chat(format, messages, options);
-    for (const auto& m : messages)
-      if (prompt.find(tokenizer::utf8::python_strip(m.content)) == std::string::npos)
-        fuzz::crash("the rendered prompt lost a message's content");
+    for (size_t i = 0; i < messages.size(); ++i) {
+      // Gemma 3 folds the system message into the first user turn: alone, it has none
+      // (the template drops it too).
+      if (format == tokenizer::ChatFormat::Gemma3 && messages.size() == 1 &&
+          (messages[0].role == "system" || messages[0].role == "developer"))
+        break;
+      if (prompt.find(tokenizer::utf8::python_strip(messages[i].content)) == std::string::npos)
+        fuzz::crash("the rendered prompt lost the content of message " + std::to_string(i));
+    }
     (void)tok.encode(prompt, /*parse_special=*/true);
   });
   return 0;

@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
     }
     (void)formats::litertlm_to_text(package);
-    (void)formats::litertlm_to_json(package).dump();
+    (void)formats::litertlm_to_json(package).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // as `lumen inspect --json`
     const spec::PackageConstants constants = spec::collect_package_constants(package);
     for (const auto& c : constants.constants) fuzz::touch(c.bytes.data(), c.bytes.size());
     (void)spec::map_by_names(constants);

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (t.quantization) (void)formats::quantization_summary(*t.quantization);
       }
     (void)formats::tflite_to_text(model);
-    (void)formats::tflite_to_json(model).dump();
+    (void)formats::tflite_to_json(model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // as `lumen inspect --json`
   });
   return 0;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "formats/gguf.h"
 #include "fuzz_support.h"
 #include "tokenizer/tokenizer.h"

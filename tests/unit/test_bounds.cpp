@@ -129,7 +129,7 @@ TEST(SizeBounds, LayerCountsAreBoundedBeforeLayersAreBuilt) {
                                    {"hidden_size", 64},           {"intermediate_size", 64},
                                    {"num_hidden_layers", 1 << 30}, {"num_attention_heads", 2},
                                    {"num_key_value_heads", 1},    {"head_dim", 32},
-                                   {"max_position_embeddings", 512}};
+                                   {"max_position_embeddings", 512}, {"hidden_size_per_layer_input", 0}};
     EXPECT_NE(error_of([&] { spec::spec_from_hf_config(config, "huge/config.json"); }).find("1 to 1024 layers"),
               std::string::npos)
         << type;
