@@ -110,6 +110,17 @@ bool peer_closed(int fd) {
   return false;
 }
 
+// httplib's server with its listening socket within reach. Shutting that socket down ends
+// accept() and so listen()'s loop, while connections keep being served; httplib's own stop()
+// would also end every stream at once (its chunked writer stops when the server stops).
+class HttpServer : public httplib::Server {
+ public:
+  void stop_accepting() {
+    const auto sock = svr_sock_.load();
+    if (sock != INVALID_SOCKET) ::shutdown(sock, SHUT_RDWR);
+  }
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -122,7 +133,7 @@ struct Server::Impl {
   std::vector<int32_t> text_stop_tokens;
   runtime::SamplingParams defaults;
   Metrics metrics;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};
   std::mutex rng_mutex;
@@ -520,7 +531,7 @@ void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() {
   impl_->draining = true;
-  impl_->http.stop();
+  impl_->http.stop_accepting();
 }
 
 bool Server::running() const { return impl_->http.is_running(); }

@@ -60,9 +60,10 @@ class Server {
   // Serves until stop() (from another thread or a signal handler thread); returns once every
   // request handler has finished.
   void listen();
-  // Stops accepting connections; requests already in keep running to their answers (the
-  // scheduler's cancel_all() cuts them short), and generation requests arriving on
-  // connections still open get a 503. listen() returns when the last handler is done.
+  // Stops accepting connections; requests already in keep running to their answers, streams
+  // included (the scheduler's cancel_all() cuts them short), and generation requests arriving
+  // on connections still open get a 503. listen() returns when the last connection is done:
+  // close_connections() ends the idle ones.
   void stop();
   // True while listen() accepts connections.
   bool running() const;
