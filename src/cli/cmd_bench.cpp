@@ -10,27 +10,30 @@
 #include "cli/command.h"
 #include "runtime/bench.h"
 #include "runtime/bench_kernels.h"
+#include "runtime/bench_prefill.h"
 
 namespace {
 
 struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
-  bool json = false, machine = false, kernels = false;
+  bool json = false, machine = false, kernels = false, prefill_kernels = false;
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
   auto opts = std::make_shared<BenchCliOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill/decode speed against the machine's limits");
   cmd->add_option("-m,--model", opts->model, "Model directory or packed .lmp file");
-  cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
+  auto* prompt_opt = cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
   cmd->add_option("-n,--gen", opts->n_gen, "Tokens to decode (default 128)");
   cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
   cmd->add_option("--limits", opts->limits, "Machine limits from `lumen bench --machine --json` (else measured)");
   cmd->add_flag("--machine", opts->machine, "Only measure the machine's bandwidth and int8 peak");
   cmd->add_flag("--kernels", opts->kernels, "Only time the decode kernels on 12B-shaped matrices (GB/s)");
+  cmd->add_flag("--prefill-kernels", opts->prefill_kernels,
+                "Only time the prefill matmuls on 12B-shaped Q4 matrices at -p tokens (default 128 here)");
   cmd->add_flag("--json", opts->json, "Print JSON");
-  return std::pair{cmd, lumen::cli::Runner([opts] {
+  return std::pair{cmd, lumen::cli::Runner([opts, prompt_opt] {
     using namespace lumen::runtime;
     if (opts->machine) {
       const MachineLimits m = measure_machine_limits();
@@ -44,6 +47,12 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
       const auto rows = run_kernel_bench();
       if (opts->json) fmt::print("{}\n", kernel_bench_to_json(rows).dump(2));
       else fmt::print("{}", kernel_bench_to_text(rows));
+      return 0;
+    }
+    if (opts->prefill_kernels) {
+      const auto rows = run_prefill_kernel_bench(prompt_opt->count() > 0 ? opts->n_prompt : 128);
+      if (opts->json) fmt::print("{}\n", prefill_bench_to_json(rows).dump(2));
+      else fmt::print("{}", prefill_bench_to_text(rows));
       return 0;
     }
     if (opts->model.empty()) throw lumen::Error("bench: -m MODEL is required (or --machine)");

@@ -12,7 +12,7 @@ class MappedFile {
   // Map: the file's pages (4 KiB) mapped read-only. HugePageCopy: the file read into
   // anonymous memory advised to use 2 MiB transparent huge pages, then made read-only: a
   // decode step streams every weight byte, and with 4 KiB pages it misses the TLB every
-  // 4 KiB (the decode kernel streams 40-70% faster from 2 MiB pages; notes/decode.md).
+  // 4 KiB (the decode kernel streams 40-70% faster from 2 MiB pages; docs/kernels.md).
   enum class Backing { Map, HugePageCopy };
   // Throws lumen::Error naming the path if it cannot be opened, mapped or read.
   explicit MappedFile(const std::string& path, Backing backing = Backing::Map);

@@ -7,8 +7,8 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/prefill.h"
 #include "kernels/qmatmul_decode.h"
-#include "kernels/thread_pool.h"
 #include "quant/repack.h"
 
 namespace lumen::kernels {
@@ -122,69 +122,10 @@ void qmatmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float*
     float* out[] = {y};
     return qmatvec_q4(x, one, out, isa);
   }
-  const int64_t K = w.cols, N = w.rows;
-  const int64_t chunks = quant::padded_cols(K) / quant::kChunk;
-  const int64_t groups = quant::padded_rows(N) / quant::kRowGroup;
-  const size_t group_bytes = size_t(chunks) * (q4 ? quant::kQ4x4ChunkBytes : quant::kQ8x4ChunkBytes);
-  detail::QTileFn tile = isa == Isa::Avx512 ? (q4 ? detail::q4_tile_avx512 : detail::q8_tile_avx512)
-                         : isa == Isa::Avx2 ? (q4 ? detail::q4_tile_avx2 : detail::q8_tile_avx2)
-                                            : (q4 ? detail::q4_tile_scalar : detail::q8_tile_scalar);
-
-  // Split Q8 activations (qact_split.cpp): token t's hi and lo halves sit side by side
-  // (token_chunks = 2 * chunks per token) and go through the 2-token tile as a pair, whose
-  // two outputs are added.
-  const bool split = !q4 && q8_mode == Q8Activations::Int8x2;
-  const int64_t token_chunks = split ? 2 * chunks : chunks;
-  thread_local std::vector<ActChunk> acts;
-  acts.resize(size_t(T * token_chunks));
-  ActChunk* act = acts.data();
-  auto quantize_token = [&](int64_t t) {
-    ActChunk* a = act + t * token_chunks;
-    if (split) quantize_activations_split(x + t * K, K, a, a + chunks, isa);
-    else quantize_activations(x + t * K, K, a, isa);
-  };
-  ThreadPool& pool = ThreadPool::global();
-  if (T > 1) {
-    pool.parallel_for(T, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) quantize_token(t);
-    });
-  } else {
-    quantize_token(0);
-  }
-
-  // Weight-stationary blocking: a block of row groups (about 128 KiB, so it stays in L2) meets
-  // every token pair in turn; a pair's activations stay in L1 across the block. The weights
-  // are read from memory once per call, the activations (small) from cache once per block.
-  const int64_t block_groups = std::max<int64_t>(1, int64_t(128 << 10) / int64_t(group_bytes));
-  const auto* base = static_cast<const std::byte*>(w.data);
-  pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
-      const int64_t b1 = std::min(g1, b0 + block_groups);
-      if (split) {
-        for (int64_t t = 0; t < T; ++t) {
-          const ActChunk* halves[2] = {act + t * token_chunks, act + t * token_chunks + chunks};
-          for (int64_t g = b0; g < b1; ++g) {
-            float out[2][4];
-            tile(base + size_t(g) * group_bytes, chunks, halves, 2, out);
-            for (int r = 0; r < 4; ++r)
-              if (g * 4 + r < N) y[t * N + g * 4 + r] = out[0][r] + out[1][r];
-          }
-        }
-        continue;
-      }
-      for (int64_t t = 0; t < T; t += 2) {
-        const int nt = int(std::min<int64_t>(2, T - t));
-        const ActChunk* tile_acts[2] = {act + t * chunks, act + (t + nt - 1) * chunks};
-        for (int64_t g = b0; g < b1; ++g) {
-          float out[2][4];
-          tile(base + size_t(g) * group_bytes, chunks, tile_acts, nt, out);
-          for (int i = 0; i < nt; ++i)
-            for (int r = 0; r < 4; ++r)
-              if (g * 4 + r < N) y[(t + i) * N + g * 4 + r] = out[i][r];
-        }
-      }
-    }
-  });
+  // Everything else (prefill, Q8 decode): the tiling machinery of prefill.h.
+  const quant::WeightMatrix* one[] = {&w};
+  float* out[] = {y};
+  prefill_matmul(x, T, one, out, isa, q8_mode);
 }
 
 void qmatmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {

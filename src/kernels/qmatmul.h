@@ -11,8 +11,9 @@
 // one, so they agree with it to f32 rounding (tests: relative 1e-5), and exactly on the
 // integer part (activation quantization is bit-identical on every ISA).
 //
-// One kernel serves decode (T = 1) and prefill (T > 1): tiles of 4 weight rows x 2 tokens,
-// row groups blocked so a block stays in L2 while every token pair passes over it.
+// Decode (T = 1, Q4) runs the matrix-vector kernels of qmatmul_decode.h; everything else goes
+// through the prefill machinery (prefill.h), whose table holds the 4 x 2 tiles below (small
+// T, Q8 without VNNI) and the 16-row tiles over slabs repacked per matmul (large T).
 #pragma once
 
 #include <cstddef>

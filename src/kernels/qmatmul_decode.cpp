@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/matmul.h"
+#include "kernels/prefill.h"
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
 
@@ -63,9 +64,16 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
                          std::span<float* const> ys) {
   if (ws.size() != ys.size()) throw Error("matmul_shared_input: " + std::to_string(ws.size()) + " matrices but " +
                                           std::to_string(ys.size()) + " outputs");
-  bool fused = T == 1 && ws.size() <= 8;
+  bool fused = T == 1 && ws.size() <= 8 && !exact_matmul();
   for (const auto* w : ws) fused = fused && decode_kernel_applies(*w) && w->cols == ws[0]->cols;
   if (fused) return qmatvec_q4(x, ws, ys, active_isa());
+  // Many tokens: one prefill call (activations quantized once for all the matrices).
+  const Isa isa = active_isa();
+  const Q8Activations q8_mode = q8_activations();
+  bool prefill = ws.size() <= 8 && !exact_matmul();
+  for (const auto* w : ws)
+    prefill = prefill && prefill_kernel(w->format, isa, T, q8_mode) && w->cols == ws[0]->cols;
+  if (prefill) return prefill_matmul(x, T, ws, ys, isa, q8_mode);
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, T, *ws[i], ys[i]);
 }
 

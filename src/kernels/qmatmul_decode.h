@@ -34,8 +34,8 @@ bool decode_kernel_applies(const quant::WeightMatrix& w);
 void qmatvec_q4(const float* x, std::span<const quant::WeightMatrix* const> ws, std::span<float* const> ys, Isa isa);
 
 // y = W x for matrices sharing the input x [T, cols]: one fused call when every matrix is
-// Q4_0X4 and T == 1, otherwise kernels::matmul on each (same results either way, up to the
-// ISA's f32 summation order).
+// Q4_0X4 and T == 1; one prefill_matmul call (prefill.h: activations quantized once) when
+// T > 1 and every matrix has a prefill kernel; otherwise kernels::matmul on each.
 void matmul_shared_input(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
                          std::span<float* const> ys);
 

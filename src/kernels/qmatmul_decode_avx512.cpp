@@ -25,7 +25,6 @@ size_t prefetch_bytes() {
   const long chunks = e && *e ? std::strtol(e, nullptr, 10) : 16;
   return size_t(std::clamp(chunks, 0L, 256L)) * kChunkBytes;
 }
-const size_t kPrefetchAhead = prefetch_bytes();
 
 // Row r's 16 int32 lanes (lane l: 4 products of block l/4) for one chunk.
 inline void row_products(const std::byte* ch, const __m512i a_lo, const __m512i a_hi, const __m512i corr,
@@ -76,15 +75,16 @@ inline __m128 rows_of(__m512 acc) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-inline __m128 group_dot(const std::byte* group, int64_t chunks, const ActChunk* act, __m512i order) {
+inline __m128 group_dot(const std::byte* group, int64_t chunks, const ActChunk* act, __m512i order,
+                        size_t prefetch_ahead) {
   // Two accumulators (even / odd chunks) so consecutive FMAs do not wait on each other.
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
     const std::byte* ch = group + size_t(c) * kChunkBytes;
-    if (kPrefetchAhead) {
-      prefetch_chunk(ch + kPrefetchAhead);
-      prefetch_chunk(ch + kPrefetchAhead + kChunkBytes);
+    if (prefetch_ahead) {
+      prefetch_chunk(ch + prefetch_ahead);
+      prefetch_chunk(ch + prefetch_ahead + kChunkBytes);
     }
     acc0 = chunk_step(ch, act[c], order, acc0);
     acc1 = chunk_step(ch + kChunkBytes, act[c + 1], order, acc1);
@@ -99,8 +99,11 @@ void q4_decode_groups_avx512(const std::byte* base, int64_t chunks, const ActChu
                              int64_t rows, float* y) {
   const size_t group_bytes = size_t(chunks) * kChunkBytes;
   const __m512i order = scale_order();
+  // Read on first use, not at static initialization: this file is compiled for AVX-512, and an
+  // initializer here runs on every CPU (unoptimized builds emit AVX-512 for it: SIGILL at start).
+  static const size_t prefetch_ahead = prefetch_bytes();
   for (int64_t g = g0; g < g1; ++g) {
-    const __m128 r4 = group_dot(base + size_t(g) * group_bytes, chunks, act, order);
+    const __m128 r4 = group_dot(base + size_t(g) * group_bytes, chunks, act, order, prefetch_ahead);
     if (g * 4 + 4 <= rows) {
       _mm_storeu_ps(y + g * 4, r4);
     } else {

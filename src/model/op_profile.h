@@ -1,34 +1,45 @@
-// LUMEN_PROFILE=1: where a decode step's time goes. GemmaModel::forward times each op of
-// one-token forwards (decode steps) with a steady clock; at exit the process prints, on
-// stderr, milliseconds per step and the share of each op. Off (one branch per op) otherwise.
+// LUMEN_PROFILE=1: where the time of decode steps (one-token forwards) and of prefill steps
+// (forwards of several rows) goes. GemmaModel::forward times each op with a steady clock and
+// the process CPU clock (all threads: on a shared machine the CPU seconds are the steadier
+// figure); at exit the process prints, on stderr, per kind of step the milliseconds per step
+// and the share of each op. Off (one branch per op) otherwise.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace lumen::model {
 
 enum class Op { Embed, Norms, QkvProj, RopeKv, Attention, OProj, GateUp, Gelu, DownProj, Residual, Logits, Softcap, kCount };
 
 bool op_profile_enabled();
-void op_profile_add(Op op, double seconds);
-void op_profile_step();  // one decode step finished
+void op_profile_add(Op op, bool prefill, double seconds, double cpu_seconds);
+// One step finished: a decode step (rows == 1) or a prefill step of `rows` rows.
+void op_profile_step(int64_t rows);
+double process_cpu_seconds();
 
 // Times the enclosing scope into `op` when profiling is on.
 class OpTimer {
  public:
-  explicit OpTimer(Op op, bool on) : op_(op), on_(on) {
-    if (on_) t0_ = std::chrono::steady_clock::now();
+  OpTimer(Op op, bool on, bool prefill) : op_(op), on_(on), prefill_(prefill) {
+    if (on_) {
+      t0_ = std::chrono::steady_clock::now();
+      cpu0_ = process_cpu_seconds();
+    }
   }
   ~OpTimer() {
-    if (on_) op_profile_add(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    if (on_)
+      op_profile_add(op_, prefill_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(),
+                     process_cpu_seconds() - cpu0_);
   }
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
  private:
   Op op_;
-  bool on_;
+  bool on_, prefill_;
   std::chrono::steady_clock::time_point t0_{};
+  double cpu0_ = 0;
 };
 
 }  // namespace lumen::model

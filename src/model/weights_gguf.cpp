@@ -11,15 +11,6 @@
 namespace lumen::model {
 namespace {
 
-std::string supported_matrix_types() {
-  std::string list;
-  for (int f = 0; f <= int(quant::WeightFormat::Q6_K); ++f) {
-    if (!list.empty()) list += ", ";
-    list += quant::ggml_blocks_type_name(quant::ggml_type_of(quant::WeightFormat(f)));
-  }
-  return list;
-}
-
 class GgufBinder {
  public:
   explicit GgufBinder(const formats::GgufFile& file) : file_(file) {}
@@ -41,7 +32,7 @@ class GgufBinder {
     const int format = quant::weight_format_from_ggml(int(t.type));
     if (format < 0)
       throw Error(file_.path() + ": tensor '" + name + "' has type " + formats::ggml_type_name(t.type) +
-                  "; Lumen reads weight matrices of type " + supported_matrix_types());
+                  "; Lumen reads weight matrices of type " + quant::ggml_matrix_type_list());
     quant::WeightMatrix m;
     m.format = quant::WeightFormat(format);
     m.rows = rows;

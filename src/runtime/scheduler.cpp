@@ -190,7 +190,11 @@ std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request, Refusal* re
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  SchedulerStats s = stats_;
+  const auto now = std::chrono::steady_clock::now();
+  if (step_began_) s.step_running_seconds = std::chrono::duration<double>(now - *step_began_).count();
+  if (last_step_end_) s.seconds_since_last_step = std::chrono::duration<double>(now - *last_step_end_).count();
+  return s;
 }
 
 void Scheduler::run() {
@@ -318,6 +322,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   std::vector<float> logits;
   std::string failure;
   const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    step_began_ = t0;
+  }
   if (!rows.empty()) {
     try {
       model_.forward(rows, caches, logits);
@@ -325,7 +333,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       failure = e.what();
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(t1 - t0).count();
 
   if (!failure.empty()) {
     // The step's state is unknown for every sequence in it: end them all with the error.
@@ -384,6 +393,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
     }
     stats_.active = int64_t(active.size());
     stats_.kv_reserved_bytes -= released;
+    stats_.step_seconds_max = std::max(stats_.step_seconds_max, seconds);
+    step_began_.reset();
+    last_step_end_ = t1;
   }
   for (auto& e : endings) e.ticket->finish(e.reason, e.tokens, std::move(e.error));
 }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,10 @@ struct SchedulerStats {
   double prefill_seconds = 0;         // step time attributed to prompt rows
   double decode_seconds = 0;          // step time attributed to decode rows
   int64_t steps = 0;
+  // Watchdog: a stalled engine shows as a running step that keeps growing.
+  double step_seconds_max = 0;          // the longest step since start
+  double step_running_seconds = 0;      // how long the step in progress has run (0: none)
+  double seconds_since_last_step = -1;  // since the last step ended (-1: none yet)
 };
 
 class Scheduler {
@@ -156,6 +161,9 @@ class Scheduler {
   std::string unavailable_;
   std::shared_ptr<kv::KvPool> kv_pool_;  // paged layout: every sequence's pages
   SchedulerStats stats_;
+  // Under mutex_: when the running step began (nullopt between steps) and the last one ended.
+  std::optional<std::chrono::steady_clock::time_point> step_began_;
+  std::optional<std::chrono::steady_clock::time_point> last_step_end_;
   std::thread worker_;
 };
 

@@ -63,6 +63,14 @@ std::string Metrics::render(const runtime::SchedulerStats& s, int max_active, in
   out << "lumen_requests_rejected_total " << s.rejected << '\n';
   metric(out, "lumen_scheduler_steps_total", "counter", "Batched model steps run.");
   out << "lumen_scheduler_steps_total " << s.steps << '\n';
+  metric(out, "lumen_scheduler_step_seconds_max", "gauge", "Longest batched model step since start.");
+  out << "lumen_scheduler_step_seconds_max " << s.step_seconds_max << '\n';
+  metric(out, "lumen_scheduler_step_running_seconds", "gauge",
+         "How long the model step in progress has run (0 between steps); a stalled engine grows here.");
+  out << "lumen_scheduler_step_running_seconds " << s.step_running_seconds << '\n';
+  metric(out, "lumen_scheduler_seconds_since_last_step", "gauge",
+         "Seconds since the last model step ended (-1 before the first); grows while idle too.");
+  out << "lumen_scheduler_seconds_since_last_step " << s.seconds_since_last_step << '\n';
   metric(out, "lumen_prefill_tokens_total", "counter", "Prompt tokens run through the model.");
   out << "lumen_prefill_tokens_total " << s.prefill_tokens << '\n';
   metric(out, "lumen_decode_tokens_total", "counter", "Generated tokens run through the model.");
