@@ -19,6 +19,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/json.h"
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "formats/packed.h"
@@ -43,7 +44,7 @@ nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading");
   try {
-    return nlohmann::json::parse(in);
+    return lumen::parse_json(in);
   } catch (const nlohmann::json::exception&) {
     throw Error(path + ": not valid JSON");
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::kv {
 namespace {
@@ -169,7 +170,7 @@ KvConfig load_kv_config(const std::string& path) {
   if (!in) throw Error(path + ": cannot open");
   json doc;
   try {
-    doc = json::parse(in);
+    doc = parse_json(in);
   } catch (const std::exception& e) {
     throw Error(path + ": not valid JSON");
   }

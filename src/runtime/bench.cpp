@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "kernels/cpu_features.h"
 #include "kernels/machine_probe.h"
 #include "kernels/thread_pool.h"
@@ -91,7 +92,7 @@ MachineLimits limits_from_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open for reading");
   try {
-    nlohmann::json j = nlohmann::json::parse(in);
+    nlohmann::json j = parse_json(in);
     if (j.contains("machine")) j = j["machine"];
     MachineLimits m;
     m.read_bandwidth = j.at("read_bandwidth_gbs").get<double>() * 1e9;

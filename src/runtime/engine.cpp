@@ -67,6 +67,18 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   return engine;
 }
 
+std::string Engine::weights_changed_on_disk() const {
+  auto check = [](const formats::MappedFile& file) -> std::string {
+    const std::string change = file.change_on_disk();
+    return change.empty() ? change : "model file '" + printable(file.path()) + "' " + change + " since it was loaded";
+  };
+  if (gguf_) return check(gguf_->mapped_file());
+  if (packed_) return check(packed_->mapped_file());
+  for (const auto& file : checkpoint_.mapped_files())
+    if (std::string change = check(*file); !change.empty()) return change;
+  return {};
+}
+
 const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
   if (!tokenizer_looked_up_ && gguf_) {

@@ -61,6 +61,11 @@ class Engine {
   void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer);
   // Where the model was loaded from.
   const std::string& path() const { return path_; }
+  // "" while every mapped weight file is still the one loaded; else one line naming the file
+  // and what happened to it ("truncated from N to M bytes", "modified", ...). The weights
+  // point into those mappings: reading a page a truncation removed is a SIGBUS, so a server
+  // asks this before each step and stops using the model instead.
+  std::string weights_changed_on_disk() const;
 
   // Session settings (KV cache, prefill chunk, ...) of the runs this engine drives: its own
   // loops below, and the Sessions made from it. Default: RunConfig{}.

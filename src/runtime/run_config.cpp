@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::runtime {
@@ -416,7 +417,7 @@ json read_manifest_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open the manifest");
   try {
-    return json::parse(in);
+    return parse_json(in);
   } catch (const json::parse_error& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }

@@ -1,9 +1,16 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <random>
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <httplib.h>
 
@@ -50,6 +57,70 @@ const char* finish_name(runtime::FinishReason reason) {
   return reason == runtime::FinishReason::Length ? "length" : "stop";
 }
 
+// "127.0.0.1" / "::1" and the port, formatted as httplib formats a Request's addresses.
+bool socket_address(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+            : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)) != 0)
+    return false;
+  char name[NI_MAXHOST];
+  char service[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, name, sizeof name, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  host = name;
+  port = std::atoi(service);
+  return true;
+}
+
+// The socket of the connection a request came on. httplib 0.11 gives a handler no socket,
+// but a TCP connection is named by its two ends, and httplib records both in the Request;
+// while the handler runs, the connection is open and its descriptor is one of ours. -1 when
+// it cannot be found (then a disconnect is noticed only when writing).
+int connection_socket(const httplib::Request& req) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    std::string host;
+    int port = -1;
+    if (!socket_address(int(fd), true, host, port) || port != req.remote_port || host != req.remote_addr) continue;
+    if (!socket_address(int(fd), false, host, port) || port != req.local_port || host != req.local_addr) continue;
+    found = int(fd);
+    break;
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// True once the client has closed (or reset) its side of the connection. Pipelined bytes of
+// a next request are not a close.
+bool peer_closed(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char byte;
+    return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  return false;
+}
+
+// httplib's server with its listening socket within reach. Shutting that socket down ends
+// accept() and so listen()'s loop, while connections keep being served; httplib's own stop()
+// would also end every stream at once (its chunked writer stops when the server stops).
+class HttpServer : public httplib::Server {
+ public:
+  void stop_accepting() {
+    const auto sock = svr_sock_.load();
+    if (sock != INVALID_SOCKET) ::shutdown(sock, SHUT_RDWR);
+  }
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -62,7 +133,9 @@ struct Server::Impl {
   std::vector<int32_t> text_stop_tokens;
   runtime::SamplingParams defaults;
   Metrics metrics;
-  httplib::Server http;
+  HttpServer http;
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};
   std::mutex rng_mutex;
   std::mt19937_64 rng{std::random_device{}()};
 
@@ -147,6 +220,9 @@ struct Server::Impl {
       res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining) return reply_json(res, 503, {{"status", "shutting_down"}, {"model", options.model_name}});
+      if (const std::string problem = scheduler.unavailable(); !problem.empty())
+        return reply_json(res, 503, {{"status", "unavailable"}, {"model", options.model_name}, {"reason", problem}});
       reply_json(res, 200, {{"status", "ok"}, {"model", options.model_name}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -221,58 +297,145 @@ struct Server::Impl {
     return g;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-    ApiRequest api;
-    std::shared_ptr<runtime::Ticket> ticket;
-    int prompt_tokens = 0;
-    try {
-      api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
-      runtime::GenerationRequest g = prepare(api);
-      prompt_tokens = int(g.prompt.size());
-      try {
-        ticket = scheduler.submit(std::move(g));
-      } catch (const Error& e) {  // a sampling parameter the sampler refuses
-        throw ApiError(400, printable(e.what()), "", "invalid_value");
-      }
-      if (!ticket) {
+  // Refused by the scheduler: why, as an HTTP answer.
+  [[noreturn]] void refuse(runtime::Scheduler::Refusal why, httplib::Response& res) {
+    using R = runtime::Scheduler::Refusal;
+    switch (why) {
+      case R::MemoryFull:
+        res.set_header("Retry-After", "1");
+        throw ApiError(503, "the server's KV memory budget (" + std::to_string(scheduler.options().kv_budget_bytes >> 20) +
+                                " MiB) is held by running requests and the queue is full; retry later",
+                       "", "kv_memory_exhausted", "server_error");
+      case R::TooLarge:
+        throw ApiError(400, "the prompt and max_tokens need more KV memory than this server's whole budget (" +
+                                std::to_string(scheduler.options().kv_budget_bytes >> 20) + " MiB)",
+                       "max_tokens", "context_length_exceeded");
+      case R::Unavailable:
+        throw ApiError(503, "the model is unavailable: " + printable(scheduler.unavailable()), "", "model_unavailable",
+                       "server_error");
+      default:
         res.set_header("Retry-After", "1");
         throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
                                 " requests are already waiting; retry later",
                        "", "queue_full", "rate_limit_error");
+    }
+  }
+
+  // Counts a generation request in flight while it lives.
+  struct InFlight {
+    std::atomic<int>& count;
+    explicit InFlight(std::atomic<int>& c) : count(c) { ++count; }
+    ~InFlight() { --count; }
+  };
+
+  Clock::time_point deadline_from(Clock::time_point arrival) const {
+    if (options.request_timeout_seconds <= 0) return Clock::time_point::max();
+    return arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.request_timeout_seconds));
+  }
+
+  // A ticket that ended with an error: the model was taken away (503) or a step failed (500).
+  void reply_failure(httplib::Response& res, const runtime::Ticket& ticket) {
+    if (!scheduler.unavailable().empty())
+      return reply_json(res, 503, error_body("the model is unavailable: " + printable(ticket.error()), "server_error", "",
+                                             "model_unavailable"));
+    reply_json(res, 500, error_body("generation failed: " + printable(ticket.error()), "server_error", "",
+                                    "generation_failed"));
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    metrics.generation_received();
+    const Clock::time_point deadline = deadline_from(Clock::now());
+    ApiRequest api;
+    std::shared_ptr<runtime::Ticket> ticket;
+    int prompt_tokens = 0;
+    try {
+      if (draining)
+        throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
+      api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
+      runtime::GenerationRequest g = prepare(api);
+      prompt_tokens = int(g.prompt.size());
+      runtime::Scheduler::Refusal refusal = runtime::Scheduler::Refusal::None;
+      try {
+        ticket = scheduler.submit(std::move(g), &refusal);
+      } catch (const Error& e) {  // a sampling parameter the sampler refuses
+        throw ApiError(400, printable(e.what()), "", "invalid_value");
       }
+      if (!ticket) refuse(refusal, res);
     } catch (const ApiError& e) {
+      metrics.generation_finished(Metrics::Outcome::Refused);
       return reply_error(res, e);
     }
 
     const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
     const int64_t created = unix_time();
-    if (api.stream) return stream(res, std::move(ticket), chat, api.include_usage, id, created, prompt_tokens);
+    if (api.stream) return stream(res, std::move(ticket), chat, api.include_usage, id, created, prompt_tokens, deadline);
 
+    InFlight counted(in_flight);
+    // Watched while waiting: a client that goes away cancels its sequence, streamed or not.
+    const int socket = connection_socket(req);
+    bool client_gone = false, timed_out = false;
     std::string text;
-    while (!ticket->wait(std::chrono::milliseconds(500), text)) {
+    while (!ticket->wait(kPollInterval, text)) {
+      if (ticket->cancel_requested()) continue;
+      if (socket >= 0 && peer_closed(socket)) {
+        client_gone = true;
+        ticket->cancel();
+      } else if (Clock::now() >= deadline) {
+        timed_out = true;
+        ticket->cancel();
+      }
     }
-    if (!ticket->error().empty())
-      return reply_json(res, 500, error_body("generation failed: " + printable(ticket->error()), "server_error", "",
-                                             "generation_failed"));
+    if (!ticket->error().empty()) {
+      metrics.generation_finished(Metrics::Outcome::Failed);
+      return reply_failure(res, *ticket);
+    }
+    if (ticket->finish_reason() == runtime::FinishReason::Cancelled) {
+      if (client_gone) {
+        // Nobody reads this; nginx's 499 names the case in the request log and metrics.
+        metrics.generation_finished(Metrics::Outcome::Cancelled);
+        return reply_json(res, 499, error_body("the client closed the connection", "invalid_request_error", "",
+                                               "client_closed_request"));
+      }
+      if (timed_out && !ticket->started()) {
+        metrics.generation_finished(Metrics::Outcome::Refused);
+        res.set_header("Retry-After", "1");
+        return reply_error(res, ApiError(503, "the request's time limit (" + std::to_string(options.request_timeout_seconds) +
+                                                  " s) ran out while it waited for a slot; retry later",
+                                         "", "timeout", "server_error"));
+      }
+      if (!timed_out) {  // cut by the shutdown
+        metrics.generation_finished(Metrics::Outcome::Cancelled);
+        return reply_error(res, ApiError(503, "the server shut down before the answer was complete", "",
+                                         "server_shutting_down", "server_error"));
+      }
+      metrics.count_time_limited();
+    }
     const Usage usage{prompt_tokens, ticket->completion_tokens()};
     metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
-    const std::string reason = finish_name(ticket->finish_reason());
+    metrics.generation_finished(Metrics::Outcome::Completed);
+    // A time limit ends the answer where it stands: finish_reason "length", like max_tokens.
+    const std::string reason = timed_out ? "length" : finish_name(ticket->finish_reason());
     reply_json(res, 200, chat ? chat_completion(id, created, options.model_name, text, reason, usage)
                               : text_completion(id, created, options.model_name, text, reason, usage));
   }
 
   struct StreamState {
     std::shared_ptr<runtime::Ticket> ticket;
-    bool chat = true, include_usage = false, started = false, over = false;
+    bool chat = true, include_usage = false, started = false, over = false, timed_out = false;
     std::string id;
     int64_t created = 0;
     int prompt_tokens = 0;
     Clock::time_point last_write = Clock::now();
+    Clock::time_point deadline = Clock::time_point::max();
+    Metrics::Outcome outcome = Metrics::Outcome::Cancelled;  // until the stream ends as it should
+    std::unique_ptr<InFlight> counted;
   };
 
   void stream(httplib::Response& res, std::shared_ptr<runtime::Ticket> ticket, bool chat, bool include_usage,
-              const std::string& id, int64_t created, int prompt_tokens) {
+              const std::string& id, int64_t created, int prompt_tokens, Clock::time_point deadline) {
     auto st = std::make_shared<StreamState>();
+    st->deadline = deadline;
+    st->counted = std::make_unique<InFlight>(in_flight);
     st->ticket = std::move(ticket);
     st->chat = chat;
     st->include_usage = include_usage;
@@ -297,6 +460,10 @@ struct Server::Impl {
           }
           std::string text;
           const bool done = st->ticket->wait(kPollInterval, text);
+          if (!done && !st->ticket->cancel_requested() && Clock::now() >= st->deadline) {
+            st->timed_out = true;
+            st->ticket->cancel();
+          }
           if (!text.empty()) {
             const json chunk = st->chat ? chat_chunk(st->id, st->created, model, {{"content", text}}, "")
                                         : text_chunk(st->id, st->created, model, text, "");
@@ -307,13 +474,22 @@ struct Server::Impl {
           if (!done) return true;
 
           st->over = true;
+          const bool shut_down = st->ticket->finish_reason() == runtime::FinishReason::Cancelled && !st->timed_out;
           if (!st->ticket->error().empty()) {
-            send(sse_event(error_body("generation failed: " + printable(st->ticket->error()), "server_error", "",
-                                      "generation_failed")));
+            st->outcome = Metrics::Outcome::Failed;
+            const bool unavailable = !scheduler.unavailable().empty();
+            send(sse_event(error_body((unavailable ? "the model is unavailable: " : "generation failed: ") +
+                                          printable(st->ticket->error()),
+                                      "server_error", "", unavailable ? "model_unavailable" : "generation_failed")));
+          } else if (shut_down) {
+            send(sse_event(error_body("the server shut down before the answer was complete", "server_error", "",
+                                      "server_shutting_down")));
           } else {
             const Usage usage{st->prompt_tokens, st->ticket->completion_tokens()};
             metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
-            const std::string reason = finish_name(st->ticket->finish_reason());
+            if (st->timed_out) metrics.count_time_limited();
+            st->outcome = Metrics::Outcome::Completed;
+            const std::string reason = st->timed_out ? "length" : finish_name(st->ticket->finish_reason());
             const json last = st->chat ? chat_chunk(st->id, st->created, model, json::object(), reason)
                                        : text_chunk(st->id, st->created, model, "", reason);
             if (!send(sse_event(last))) return false;
@@ -324,9 +500,11 @@ struct Server::Impl {
           sink.done();
           return true;
         },
-        [st](bool) {
+        [this, st](bool) {
           // Runs when the response ends for any reason; a stream cut short frees its sequence.
           if (!st->over) st->ticket->cancel();
+          metrics.generation_finished(st->outcome);
+          st->counted.reset();
         });
   }
 };
@@ -351,6 +529,30 @@ int Server::bind() {
 
 void Server::listen() { impl_->http.listen_after_bind(); }
 
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() {
+  impl_->draining = true;
+  impl_->http.stop_accepting();
+}
+
+bool Server::running() const { return impl_->http.is_running(); }
+
+int Server::in_flight() const { return impl_->in_flight.load(); }
+
+void Server::close_connections() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    std::string host;
+    int port = -1;
+    // Connected sockets on our port are the server's connections (the listener is closed).
+    if (socket_address(int(fd), false, host, port) && port == impl_->options.port &&
+        socket_address(int(fd), true, host, port))
+      ::shutdown(int(fd), SHUT_RDWR);
+  }
+  ::closedir(dir);
+}
 
 }  // namespace lumen::server

@@ -324,6 +324,7 @@ ModelSpec gemma3_spec(const GgufFile& file) {
   spec.max_positions = int(arch.required_int("context_length"));
   spec.rms_eps = float(arch.required_float("attention.layer_norm_rms_epsilon"));
   const int n_layers = int(arch.required_int("block_count"));
+  detail::check_layer_count(path, "metadata key 'gemma3.block_count'", n_layers);
   const int n_heads = int(arch.required_int("attention.head_count"));
   const int n_kv_heads = int(arch.optional_int("attention.head_count_kv").value_or(n_heads));
   const int head_dim = int(arch.optional_int("attention.key_length").value_or(spec.hidden_size / n_heads));

@@ -219,6 +219,7 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
   positive("hidden_size", spec.hidden_size);
   positive("intermediate_size", ffn_dim);
   positive("num_hidden_layers", num_layers);
+  detail::check_layer_count(t.source(), t.field("num_hidden_layers"), num_layers);
   positive("num_attention_heads", num_heads);
   positive("num_key_value_heads", num_kv_heads);
   positive("head_dim", head_dim);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/sha256.h"
 #include "formats/tensor.h"
 
@@ -269,7 +270,7 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
   const std::string text = ss.str();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json(text);
   } catch (const std::exception& e) {
     std::string what = e.what();
     throw Error(path + ": not valid JSON (" + what.substr(0, 160) + ")");

@@ -206,6 +206,7 @@ ModelSpec ManifestReader::build() {
   check_int(arch.field("hiddenSize"), spec.hidden_size, "hidden_size");
   check_int(arch.field("intermediateSize"), ffn_dim, "intermediate_size");
   check_int(arch.field("numLayers"), num_layers, "num_hidden_layers");
+  detail::check_layer_count(source_, arch.field("numLayers"), num_layers);
   check_int(arch.field("numAttentionHeads"), num_heads, "num_attention_heads");
   check_int(arch.field("numKeyValueHeads"), num_kv_heads, "num_key_value_heads");
   if (num_global_kv) {

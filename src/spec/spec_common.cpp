@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/gguf.h"
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
@@ -39,6 +40,12 @@ std::string squote(std::string_view text) {
 
 void fail(const std::string& source, const std::string& message) {
   throw Error(one_line(source + ": " + message));
+}
+
+void check_layer_count(const std::string& source, const std::string& field, int64_t n) {
+  if (n < 1 || n > kMaxLayers)
+    fail(source, field + " is " + std::to_string(n) + "; Lumen builds models of 1 to " + std::to_string(kMaxLayers) +
+                     " layers");
 }
 
 std::string show(const json& value) {
@@ -425,7 +432,7 @@ ModelSpec load_spec(const std::string& path) {
 
   json document;
   try {
-    document = json::parse(text.str());
+    document = parse_json(text.str());
   } catch (const json::parse_error& e) {
     detail::fail(name, std::string("not valid JSON: ") + e.what());
   }

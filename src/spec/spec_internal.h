@@ -19,6 +19,12 @@ using nlohmann::json;
 // Throws lumen::Error("SOURCE: MESSAGE") with any line breaks flattened.
 [[noreturn]] void fail(const std::string& source, const std::string& message);
 
+// Layers a spec may have: far more than any real model (Gemma 3 27B has 62), few enough that a
+// file claiming 2^30 cannot make a builder allocate gigabytes of layer specs.
+inline constexpr int64_t kMaxLayers = 1024;
+// Throws naming `field` unless 1 <= n <= kMaxLayers; called before anything per layer is built.
+void check_layer_count(const std::string& source, const std::string& field, int64_t n);
+
 // Line breaks and other control characters replaced by spaces.
 std::string one_line(std::string text);
 
