@@ -126,12 +126,48 @@ PRESETS: dict[str, dict] = {
                 "factor": 8.0},
         },
     ),
+    # GGUF block formats: every matrix's row length (hidden 256, q widths 256 / 512, ffn 512) a
+    # multiple of 256, so llama.cpp's K-quants and IQ4_XS apply to every matrix.
+    "tiny-k256": _preset(
+        layer_types=[S, S, F, S, F], hidden_size=256, intermediate_size=512,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, global_head_dim=128,
+        num_global_key_value_heads=1, sliding_window=8,
+    ),
     # the 12B's 5 sliding : 1 full pattern, last layer full.
     "tiny-12b-pattern": _preset(
         layer_types=([S] * 5 + [F]) * 2, hidden_size=48, intermediate_size=96,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
         num_global_key_value_heads=1, sliding_window=8,
     ),
+    # ---- the rest of the family (E2B/E4B, 26B-A4B): one feature each, then all together.
+    # per-layer input embeddings only (E2B/E4B's PLE table, projection and per-layer gates).
+    "tiny-ple": _preset(layer_types=[S, S, F, S, F], hidden_size_per_layer_input=32),
+    # KV sharing only: the last 3 layers read the KV of layer 2 (sliding) / 3 (full).
+    "tiny-kvshare": _preset(layer_types=[S, S, S, F, S, F, F], num_kv_shared_layers=3,
+                            attention_k_eq_v=False, num_global_key_value_heads=None),
+    # PLE and KV sharing together (E4B's layout: no double-wide MLP).
+    "tiny-ple-kvshare": _preset(layer_types=[S, S, F, S, S, F], num_kv_shared_layers=3,
+                                hidden_size_per_layer_input=16, attention_k_eq_v=False,
+                                num_global_key_value_heads=None),
+    # E2B's layout: per-layer inputs, KV sharing and the double-wide MLP (no k == v).
+    "tiny-e2b": _preset(layer_types=[S, S, F, S, S, F], num_kv_shared_layers=3, hidden_size_per_layer_input=16,
+                        use_double_wide_mlp=True, attention_k_eq_v=False, num_global_key_value_heads=None),
+    # the double-wide MLP: KV-shared layers have 2 x intermediate_size (E2B has it, with PLE).
+    "tiny-doublewide": _preset(layer_types=[S, F, S, S, F], num_kv_shared_layers=2,
+                               use_double_wide_mlp=True, attention_k_eq_v=False,
+                               num_global_key_value_heads=None),
+    # mixture of experts (26B-A4B): dense MLP + 8 experts, several top-k.
+    "tiny-moe-k1": _preset(layer_types=[S, S, F], enable_moe_block=True, num_experts=8,
+                           top_k_experts=1, moe_intermediate_size=24),
+    "tiny-moe-k2": _preset(layer_types=[S, F, S, F], enable_moe_block=True, num_experts=8,
+                           top_k_experts=2, moe_intermediate_size=24),
+    "tiny-moe-k5": _preset(layer_types=[S, S, F], enable_moe_block=True, num_experts=6,
+                           top_k_experts=5, moe_intermediate_size=40),
+    # everything at once: PLE, KV sharing, double-wide MLP, MoE, k == v on full layers.
+    "tiny-all": _preset(layer_types=[S, S, F, S, F, S, F], num_kv_shared_layers=3,
+                        hidden_size_per_layer_input=32, use_double_wide_mlp=True,
+                        enable_moe_block=True, num_experts=8, top_k_experts=3,
+                        moe_intermediate_size=24),
 }
 
 
@@ -170,6 +206,20 @@ def _tensor_seed(seed: int, name: str) -> int:
 def _rule(name: str, shape) -> str:
     if name.endswith("embed_tokens.weight"):
         return "embed"
+    if name.endswith("embed_tokens_per_layer.weight"):
+        return "ple_embed"
+    if name.endswith("router.proj.weight"):
+        return "router"
+    if name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
+        return "norm"
+    if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+        return "experts"
+    if len(shape) == 2 and name.endswith(("per_layer_model_projection.weight", "per_layer_input_gate.weight",
+                                          "per_layer_projection.weight")):
+        return "proj"
+    if re.search(r"layernorm_\d\.weight$", name) or name.endswith(("per_layer_projection_norm.weight",
+                                                                     "post_per_layer_input_norm.weight")):
+        return "norm"
     if name.endswith("layer_scalar"):
         return "layer_scalar"
     if name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
@@ -183,7 +233,7 @@ def _rule(name: str, shape) -> str:
     raise ValueError(f"make_tiny_gemma4: no randomization rule for tensor {name} {tuple(shape)}")
 
 
-def randomize_(model, seed: int, hidden_size: int) -> dict:
+def randomize_(model, seed: int, hidden_size: int, ple_width: int = 0) -> dict:
     """Overwrite every persistent parameter and buffer in place. Returns {name: rule}."""
     import torch
 
@@ -204,8 +254,18 @@ def randomize_(model, seed: int, hidden_size: int) -> dict:
             g = torch.Generator().manual_seed(_tensor_seed(seed, name))
             if rule == "embed":
                 v = torch.randn(t.shape, generator=g) * (EMBED_RMS / math.sqrt(hidden_size))
+            elif rule == "ple_embed":
+                # looked up times sqrt(per-layer width): enters each layer's gate at RMS ~1
+                v = torch.randn(t.shape, generator=g) / math.sqrt(ple_width)
             elif rule == "proj":
                 v = torch.randn(t.shape, generator=g) / math.sqrt(t.shape[1])
+            elif rule == "experts":
+                # [experts, out, in]: each expert's matrix like a projection
+                v = torch.randn(t.shape, generator=g) / math.sqrt(t.shape[-1])
+            elif rule == "router":
+                # the router sees a unit-norm input: unit-size weights spread the expert scores
+                # (std ~1), so top-k choices are far from ties
+                v = torch.randn(t.shape, generator=g)
             else:
                 lo, hi = {"norm": NORM_RANGE, "final_norm": FINAL_NORM_RANGE, "qk_norm": QK_NORM_RANGE,
                           "layer_scalar": LAYER_SCALAR_RANGE}[rule]
@@ -279,7 +339,7 @@ def build(preset: str, out_dir, seed: int = 0, dtype: str = "bfloat16", shard_si
     else:
         model = Gemma4ForCausalLM(text_cfg)
     model.eval()
-    rules = randomize_(model, seed, pd["hidden_size"])
+    rules = randomize_(model, seed, pd["hidden_size"], pd.get("hidden_size_per_layer_input") or 0)
     model = model.to(tdtype)
     _check_not_default(model)
 

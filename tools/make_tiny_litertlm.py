@@ -18,7 +18,14 @@ made from those same quantized tensors:
                 values (Lumen cannot keep them as Q4_0: it expands them to f32)
   down_proj,    INT8 per-channel, zero point 0, scales rounded to f16 (maps 1:1 to Q8_0)
   embed_tokens
+  per-layer inputs (E2B/E4B): per_layer_input_gate as gate_proj; per_layer_projection,
+                per_layer_model_projection and the table embed_tokens_per_layer as down_proj
   norms, q/k norm gains, layer_scalar: FLOAT32
+
+A checkpoint with per-layer inputs gets the E2B/E4B package layout: the decoder's constants in
+the tf_lite_prefill_decode section, embed_tokens in a tf_lite_embedder section and the
+per-layer table in a tf_lite_per_layer_embedder section (KV-shared layers simply have no k/v
+constants, as in the checkpoint). Mixture-of-experts checkpoints are refused.
 
 Outputs in OUTDIR:
   tiny.litertlm               constants named like the checkpoint (model.layers.N.<role>.weight)
@@ -107,8 +114,28 @@ def quantize(name, w):
             return quant_per_channel_int4(w, 0, False)
         if role in ("down_proj", "embed_tokens"):
             return quant_per_channel_int8(w)
+        if role == "per_layer_input_gate":
+            return quant_per_channel_int4(w, 8, True)
+        if role in ("per_layer_projection", "per_layer_model_projection", "embed_tokens_per_layer"):
+            return quant_per_channel_int8(w)
         raise ValueError(f"no quantization rule for {name}")
+    if w.ndim > 2:
+        raise ValueError(f"{name}: mixture-of-experts tensors have no LiteRT package layout here")
     return dict(kind="f32", deq=w)
+
+
+# The package section a constant lives in (E2B/E4B layout; one section without per-layer inputs).
+SECTIONS = [("decoder", "PREFILL_DECODE"), ("embedder", "EMBEDDER"), ("per_layer_embedder", "PER_LAYER_EMBEDDER")]
+
+
+def section_of(name, split):
+    if not split:
+        return "decoder"
+    if name.endswith("embed_tokens_per_layer.weight"):
+        return "per_layer_embedder"
+    if name.endswith("embed_tokens.weight"):
+        return "embedder"
+    return "decoder"
 
 
 def layer_of(name):
@@ -126,25 +153,26 @@ def with_layer(name, layer):
 
 
 class Constant:
-    """One TFLite constant: name, TensorType, shape, raw bytes, quantization or None."""
+    """One TFLite constant: name, TensorType, shape, raw bytes, quantization or None, section."""
 
-    def __init__(self, name, ttype, shape, data, quant=None):
+    def __init__(self, name, ttype, shape, data, quant=None, section="decoder"):
         self.name, self.ttype, self.shape, self.data, self.quant = name, ttype, list(shape), data, quant
+        self.section = section
 
 
-def constant_from(name, q, fixed_params=True):
+def constant_from(name, q, fixed_params=True, section="decoder"):
     if q["kind"] == "fixed":
         quant = ([FIXED_SCALE], [8], 0) if fixed_params else None
-        return Constant(name, tflite.TensorType.INT4, q["k"].shape, pack_nibbles(q["nibbles"]), quant)
+        return Constant(name, tflite.TensorType.INT4, q["k"].shape, pack_nibbles(q["nibbles"]), quant, section)
     if q["kind"] == "pc4":
         rows = q["k"].shape[0]
         return Constant(name, tflite.TensorType.INT4, q["k"].shape, pack_nibbles(q["nibbles"]),
-                        (q["scales"].tolist(), [q["zero_point"]] * rows, 0))
+                        (q["scales"].tolist(), [q["zero_point"]] * rows, 0), section)
     if q["kind"] == "int8":
         rows = q["k"].shape[0]
         return Constant(name, tflite.TensorType.INT8, q["k"].shape, q["k"].tobytes(),
-                        (q["scales"].tolist(), [0] * rows, 0))
-    return Constant(name, tflite.TensorType.FLOAT32, q["deq"].shape, q["deq"].astype("<f4").tobytes())
+                        (q["scales"].tolist(), [0] * rows, 0), section)
+    return Constant(name, tflite.TensorType.FLOAT32, q["deq"].shape, q["deq"].astype("<f4").tobytes(), None, section)
 
 
 def tflite_bytes(constants):
@@ -268,21 +296,33 @@ def llm_metadata_bytes():
     return m.SerializeToString()
 
 
+def in_package_order(constants):
+    """The constants in the order the package holds them: section by section (SECTIONS order)."""
+    return [c for sec, _ in SECTIONS for c in constants if c.section == sec]
+
+
 def write_package(path: Path, constants, sp_model: Path, work: Path):
-    tfl = work / (path.stem + ".tflite")
-    tfl.write_bytes(tflite_bytes(constants))
     meta = work / "llm_metadata.pb"
     meta.write_bytes(llm_metadata_bytes())
     b = lb.LitertLmFileBuilder()
     b.add_system_metadata(lb.Metadata(key="Authors", value="Lumen tests", dtype=lb.DType.STRING))
     b.add_llm_metadata(str(meta))
-    b.add_tflite_model(str(tfl), lb.TfLiteModelType.PREFILL_DECODE)
+    files = []
+    for sec, model_type in SECTIONS:
+        part = [c for c in constants if c.section == sec]
+        if not part:
+            continue
+        tfl = work / f"{path.stem}.{sec}.tflite"
+        tfl.write_bytes(tflite_bytes(part))
+        b.add_tflite_model(str(tfl), getattr(lb.TfLiteModelType, model_type))
+        files.append(tfl)
     b.add_sentencepiece_tokenizer(str(sp_model))
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         b.build(f)
     os.replace(tmp, path)
-    tfl.unlink()
+    for tfl in files:
+        tfl.unlink()
 
 
 def constant_table_sha256(constants):
@@ -310,7 +350,11 @@ def tiny_manifest(config: dict, seed_manifest: dict, package_name: str) -> dict:
                 numLayers=n, numAttentionHeads=c["num_attention_heads"], numKeyValueHeads=c["num_key_value_heads"],
                 numGlobalKeyValueHeads=c.get("num_global_key_value_heads") or c["num_key_value_heads"],
                 headDim=c["head_dim"], globalHeadDim=c.get("global_head_dim") or c["head_dim"],
-                attentionKeyEqualsValue=bool(c.get("attention_k_eq_v")), maxSeqLen=c["max_position_embeddings"])
+                attentionKeyEqualsValue=bool(c.get("attention_k_eq_v")), maxSeqLen=c["max_position_embeddings"],
+                hiddenSizePerLayerInput=c.get("hidden_size_per_layer_input") or 0,
+                vocabSizePerLayerInput=c.get("vocab_size_per_layer_input", c["vocab_size"])
+                if c.get("hidden_size_per_layer_input") else 0,
+                numKvSharedLayers=c.get("num_kv_shared_layers") or 0)
     raw = rt["rawConfig"]["text_config"]
     raw.update(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
                num_hidden_layers=n, num_attention_heads=c["num_attention_heads"],
@@ -318,12 +362,18 @@ def tiny_manifest(config: dict, seed_manifest: dict, package_name: str) -> dict:
                num_global_key_value_heads=c.get("num_global_key_value_heads"), head_dim=c["head_dim"],
                global_head_dim=c.get("global_head_dim"), max_position_embeddings=c["max_position_embeddings"],
                sliding_window=c["sliding_window"], layer_types=layer_types,
-               attention_k_eq_v=bool(c.get("attention_k_eq_v")))
+               attention_k_eq_v=bool(c.get("attention_k_eq_v")),
+               hidden_size_per_layer_input=c.get("hidden_size_per_layer_input") or 0,
+               num_kv_shared_layers=c.get("num_kv_shared_layers") or 0,
+               use_double_wide_mlp=bool(c.get("use_double_wide_mlp")))
+    if c.get("hidden_size_per_layer_input"):
+        raw["vocab_size_per_layer_input"] = c.get("vocab_size_per_layer_input", c["vocab_size"])
     raw.pop("rope_scaling", None)
     mi = rt["manifestInference"]
     mi.pop("unsupported", None)
     mi["attention"].update(slidingWindow=c["sliding_window"], queryKeyNormWeightLayers=list(range(n)))
     mi["layerPattern"]["layerTypes"] = layer_types
+    mi["ffn"]["useDoubleWideMlp"] = bool(c.get("use_double_wide_mlp"))
     full = c["rope_parameters"]["full_attention"]
     mi["rope"].update(partialRotaryFactor=full.get("partial_rotary_factor", 1.0),
                       ropeFrequencyBaseDim=c.get("global_head_dim") or c["head_dim"],
@@ -353,6 +403,8 @@ def build(checkpoint: Path, out: Path, seed_manifest: Path | None = None) -> dic
         tensors.update(load_file(str(f)))
     names = sorted(tensors)
     quantized = {n: quantize(n, tensors[n]) for n in names}
+    split = any(n.endswith("embed_tokens_per_layer.weight") for n in names)
+    sec = {n: section_of(n, split) for n in names}
 
     # The source after the same quantization.
     src = out / "source-q"
@@ -372,15 +424,18 @@ def build(checkpoint: Path, out: Path, seed_manifest: Path | None = None) -> dic
         shutil.copy(sp, out / "tokenizer.model")
         summary = {}
 
-        named = [constant_from(n, quantized[n]) for n in names]
+        named = [constant_from(n, quantized[n], section=sec[n]) for n in names]
         write_package(out / "tiny.litertlm", named, sp, work)
 
-        # Unnamed: shuffled order, arith.constantN names, INT4 fixed-scale without parameters.
+        # Unnamed: shuffled order, arith.constantN names (numbered as the package holds them),
+        # INT4 fixed-scale without parameters.
         order = np.random.default_rng(7).permutation(len(names))
+        shuffled = [(names[j], constant_from("", quantized[names[j]], fixed_params=False, section=sec[names[j]]))
+                    for j in order]
+        shuffled = [p for s_name, _ in SECTIONS for p in shuffled if p[1].section == s_name]
         unnamed, entries = [], []
-        for idx, j in enumerate(order):
-            n = names[j]
-            c = constant_from(f"arith.constant{idx}", quantized[n], fixed_params=False)
+        for idx, (n, c) in enumerate(shuffled):
+            c.name = f"arith.constant{idx}"
             unnamed.append(c)
             layer = layer_of(n)
             short = n.split("layers.")[1].split(".", 1)[1] if layer is not None else n.split("model.", 1)[1]
@@ -389,7 +444,7 @@ def build(checkpoint: Path, out: Path, seed_manifest: Path | None = None) -> dic
         write_package(out / "tiny-unnamed.litertlm", unnamed, sp, work)
         (out / "tiny-unnamed.map.json").write_text(json.dumps({
             "schema": "lumen.litert-map/v1",
-            "package_tensor_table_sha256": constant_table_sha256(unnamed),
+            "package_tensor_table_sha256": constant_table_sha256(in_package_order(unnamed)),
             "fixed_int4": {"scale": FIXED_SCALE, "storage": "offset_binary"},
             "entries": sorted(entries, key=lambda e: e["constant"]),
         }, indent=1) + "\n")
@@ -408,11 +463,11 @@ def build(checkpoint: Path, out: Path, seed_manifest: Path | None = None) -> dic
             if (n.endswith("self_attn.k_proj.weight") or n.endswith("self_attn.v_proj.weight")) and \
                     n.rsplit(".", 2)[0] + ".v_proj.weight" in tensors:
                 continue
-            fused.append(constant_from(n, quantized[n]))
+            fused.append(constant_from(n, quantized[n], section=sec[n]))
         write_package(out / "tiny-fused.litertlm", fused, sp, work)
 
         # Layer SWAP_LAYER's gate_proj and up_proj exchanged (names stay where they were).
-        swapped = [constant_from(n, quantized[n]) for n in names]
+        swapped = [constant_from(n, quantized[n], section=sec[n]) for n in names]
         gi = names.index(f"model.layers.{SWAP_LAYER}.mlp.gate_proj.weight")
         ui = names.index(f"model.layers.{SWAP_LAYER}.mlp.up_proj.weight")
         swapped[gi].data, swapped[ui].data = swapped[ui].data, swapped[gi].data
@@ -426,7 +481,7 @@ def build(checkpoint: Path, out: Path, seed_manifest: Path | None = None) -> dic
             if layer == MISSING_LAYER:
                 continue
             name = with_layer(n, layer - 1) if layer is not None and layer > MISSING_LAYER else n
-            missing.append(constant_from(name, quantized[n]))
+            missing.append(constant_from(name, quantized[n], section=sec[n]))
         write_package(out / "tiny-missing-layer.litertlm", missing, sp, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -61,6 +61,13 @@ def load(model_dir):
         raise ValueError(f"reference_gemma4: {d}: unsupported model_type {mt!r}")
     model = cls.from_pretrained(str(d), dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    tc = _text_config(model)
+    if tc.num_kv_shared_layers and not tc.hidden_size_per_layer_input:
+        # transformers' Gemma4TextModel._maybe_slice_kv_shared_inputs (a speed-up that skips the
+        # KV-shared layers for rows whose logits are not kept) indexes per_layer_inputs even when
+        # the model has none, and fails on a KV-sharing model without per-layer inputs. Asking
+        # for hidden states turns the speed-up off; it changes no value the test compares.
+        tc.output_hidden_states = True
     _check_loaded(model, d)
     _CACHE.clear()
     _CACHE[key] = model

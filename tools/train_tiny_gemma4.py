@@ -5,7 +5,7 @@
     train_tiny_gemma4.py --eval-ids N [--seed N]      # print the held-out evaluation ids
 
 Why: the random tiny checkpoints of make_tiny_gemma4.py amplify any perturbation (bf16 rounding
-alone flips 3-5% of their top-1 tokens, notes/quant.md), so they cannot show whether a
+alone flips 3-5% of their top-1 tokens, docs/kernels.md), so they cannot show whether a
 quantized format keeps a model's predictions. A model that has learned something has decisive
 next-token distributions, like a real one, at a size the tests can build in seconds.
 

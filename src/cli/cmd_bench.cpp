@@ -8,6 +8,8 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
+#include "runtime/run_config.h"
 #include "runtime/bench.h"
 #include "runtime/bench_kernels.h"
 #include "runtime/bench_prefill.h"
@@ -18,12 +20,13 @@ struct BenchCliOptions {
   std::string model, limits, quant;
   int n_prompt = 512, n_gen = 128;
   bool json = false, machine = false, kernels = false, prefill_kernels = false;
+  lumen::runtime::RunFlags run;  // the --ple-* flags
 };
 
 LUMEN_COMMAND(80, [](CLI::App& app) {
   auto opts = std::make_shared<BenchCliOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prefill/decode speed against the machine's limits");
-  cmd->add_option("-m,--model", opts->model, "Model directory or packed .lmp file");
+  cmd->add_option("-m,--model", opts->model, "Model directory, .gguf or packed .lmp file");
   auto* prompt_opt = cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
   cmd->add_option("-n,--gen", opts->n_gen, "Tokens to decode (default 128)");
   cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
@@ -33,6 +36,8 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
   cmd->add_flag("--prefill-kernels", opts->prefill_kernels,
                 "Only time the prefill matmuls on 12B-shaped Q4 matrices at -p tokens (default 128 here)");
   cmd->add_flag("--json", opts->json, "Print JSON");
+  lumen::cli::add_exact_flag(cmd);
+  lumen::cli::add_per_layer_input_flags(cmd, opts->run);
   return std::pair{cmd, lumen::cli::Runner([opts, prompt_opt] {
     using namespace lumen::runtime;
     if (opts->machine) {
@@ -61,6 +66,9 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
     bo.n_prompt = opts->n_prompt;
     bo.n_gen = opts->n_gen;
     bo.quant = opts->quant;
+    RunConfig run;
+    apply_run_flags(run, opts->run);
+    bo.per_layer_inputs = run.per_layer_inputs;
     const BenchResult r = run_bench(opts->model, bo, limits);
     if (opts->json) fmt::print("{}\n", bench_to_json(r).dump(2));
     else fmt::print("{}", bench_to_text(r));

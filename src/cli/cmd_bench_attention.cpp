@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "kernels/thread_pool.h"
 #include "kv/kv_config.h"
 #include "kv/paged_cache.h"
@@ -178,6 +179,7 @@ LUMEN_COMMAND(95, [](CLI::App& app) {
   cmd->add_option("--hot-window", o->hot_window, "Hot positions of full layers when tiered");
   cmd->add_option("--page-size", o->page_size, "Positions per page");
   cmd->add_flag("--model", o->model, "PATH is a model to load: time whole forward steps, not attention alone");
+  lumen::cli::add_exact_flag(cmd);
   return std::pair{cmd, lumen::cli::Runner([o] {
     std::unique_ptr<lumen::runtime::Engine> engine;
     if (o->model) engine = lumen::runtime::Engine::load(o->path);

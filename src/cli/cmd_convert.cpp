@@ -19,7 +19,9 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/json.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "formats/packed.h"
 #include "formats/safetensors.h"
 #include "model/weights.h"
@@ -42,37 +44,22 @@ nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading");
   try {
-    return nlohmann::json::parse(in);
+    return lumen::parse_json(in);
   } catch (const nlohmann::json::exception&) {
     throw Error(path + ": not valid JSON");
   }
 }
 
-// A terminal progress bar on stderr; silent when stderr is not a terminal.
+// The bar of cli/progress.h in bytes written.
 class Progress {
  public:
-  explicit Progress(uint64_t total) : total_(total), tty_(::isatty(2)) {}
-  void update(uint64_t done) {
-    if (!tty_ || total_ == 0) return;
-    const int pct = int(done * 100 / total_);
-    if (pct == last_) return;
-    last_ = pct;
-    const int width = 40, fill = pct * width / 100;
-    fmt::print(stderr, "\r[{}{}] {:3d}%  {:.2f} / {:.2f} GB", std::string(size_t(fill), '#'),
-               std::string(size_t(width - fill), ' '), pct, done / 1e9, total_ / 1e9);
-    std::fflush(stderr);
-  }
-  ~Progress() {
-    if (tty_ && last_ >= 0) fmt::print(stderr, "\n");
-  }
+  explicit Progress(uint64_t total) : bar_("convert"), total_(total) {}
+  void update(uint64_t done) { bar_.update(done, total_, fmt::format("{:.2f} / {:.2f} GB", done / 1e9, total_ / 1e9)); }
 
  private:
+  cli::ProgressBar bar_;
   uint64_t total_;
-  bool tty_;
-  int last_ = -1;
 };
-
-bool is_matrix(const spec::ExpectedTensor& t) { return t.shape.size() == 2; }
 
 std::string storage_name(quant::WeightFormat f) {
   if (f == quant::WeightFormat::F32) return "F32";
@@ -80,15 +67,55 @@ std::string storage_name(quant::WeightFormat f) {
   return quant::format_name(f);
 }
 
-std::vector<formats::PackedTensorEntry> table_for(const spec::ModelSpec& spec, const std::string& prefix,
-                                                  quant::WeightFormat target) {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The format a checkpoint tensor is stored in for a --quant target. Norm gains and scalars:
+// f32. The per-layer input table: the target's row-major blocks (Q4_0 / Q8_0, when a row is
+// whole blocks), since it is read a row at a time, never multiplied. The MoE router: bf16
+// (f32 for an f32 target), since its top-k choice is discrete and small errors would change
+// which experts run. Everything else: the target.
+quant::WeightFormat format_for(const spec::ExpectedTensor& t, quant::WeightFormat target) {
+  if (t.shape.size() == 1) return quant::WeightFormat::F32;
+  if (ends_with(t.name, "embed_tokens_per_layer.weight")) {
+    const bool whole_blocks = t.shape[1] % 32 == 0;
+    if (target == quant::WeightFormat::Q4_0X4) return whole_blocks ? quant::WeightFormat::Q4_0 : quant::WeightFormat::BF16;
+    if (target == quant::WeightFormat::Q8_0X4) return whole_blocks ? quant::WeightFormat::Q8_0 : quant::WeightFormat::BF16;
+    return target;
+  }
+  if (ends_with(t.name, "router.proj.weight"))
+    return target == quant::WeightFormat::F32 ? quant::WeightFormat::F32 : quant::WeightFormat::BF16;
+  return target;
+}
+
+// A 2-D tensor is one matrix; a 3-D one (the experts) is shape[0] matrices back to back.
+int64_t matrix_count(const spec::ExpectedTensor& t) { return t.shape.size() == 3 ? t.shape[0] : 1; }
+int64_t matrix_rows(const spec::ExpectedTensor& t) { return t.shape[t.shape.size() - 2]; }
+int64_t matrix_cols(const spec::ExpectedTensor& t) { return t.shape.back(); }
+
+struct PlannedTensor {
+  spec::ExpectedTensor tensor;
+  std::string name;  // with the checkpoint prefix
+  quant::WeightFormat format = quant::WeightFormat::F32;
+};
+
+std::vector<PlannedTensor> plan_for(const spec::ModelSpec& spec, const std::string& prefix, quant::WeightFormat target) {
+  std::vector<PlannedTensor> out;
+  for (const auto& t : spec::expected_tensors(spec))
+    out.push_back({t, t.name == "lm_head.weight" ? t.name : prefix + t.name, format_for(t, target)});
+  return out;
+}
+
+std::vector<formats::PackedTensorEntry> table_for(const std::vector<PlannedTensor>& plan) {
   std::vector<formats::PackedTensorEntry> entries;
-  for (const auto& t : spec::expected_tensors(spec)) {
-    const std::string name = t.name == "lm_head.weight" ? t.name : prefix + t.name;
-    if (is_matrix(t))
-      entries.push_back({name, storage_name(target), t.shape, quant::format_storage_bytes(target, t.shape[0], t.shape[1])});
+  for (const auto& p : plan) {
+    const auto& t = p.tensor;
+    if (t.shape.size() == 1)
+      entries.push_back({p.name, "F32", t.shape, size_t(t.shape[0]) * 4});
     else
-      entries.push_back({name, "F32", t.shape, size_t(t.shape[0]) * 4});
+      entries.push_back({p.name, storage_name(p.format), t.shape,
+                         size_t(matrix_count(t)) * quant::format_storage_bytes(p.format, matrix_rows(t), matrix_cols(t))});
   }
   return entries;
 }
@@ -108,35 +135,38 @@ void convert_checkpoint(const ConvertOptions& o, const std::string& in, const st
   // Binding checks every tensor (presence, dtype, shape, no strays) before anything is written.
   const model::ModelWeights bound = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), in);
-  auto entries = table_for(spec, bound.name_prefix, target);
+  const auto plan = plan_for(spec, bound.name_prefix, target);
+  auto entries = table_for(plan);
   nlohmann::json header = {{"architecture", formats::kPackedArchitecture}, {"config", config},
                            {"quant", o.quant}, {"source", fs::path(in).filename().string()}};
   formats::PackedWriter writer(out, header, entries);
   Progress progress(writer.total_bytes());
   std::vector<std::byte> buf;
   std::vector<float> vec;
-  for (const auto& e : entries) {
-    const formats::TensorView* t = ckpt.find(e.name);
-    if (e.shape.size() == 1) {
-      vec.resize(size_t(e.shape[0]));
-      const auto fmt = t->dtype == DType::F32 ? quant::WeightFormat::F32
-                       : t->dtype == DType::F16 ? quant::WeightFormat::F16 : quant::WeightFormat::BF16;
-      quant::to_f32(fmt, t->data, e.shape[0], vec.data());
+  for (const auto& p : plan) {
+    const formats::TensorView* t = ckpt.find(p.name);
+    const quant::WeightFormat fmt = t->dtype == DType::F32 ? quant::WeightFormat::F32
+                                    : t->dtype == DType::F16 ? quant::WeightFormat::F16 : quant::WeightFormat::BF16;
+    if (p.tensor.shape.size() == 1) {
+      vec.resize(size_t(p.tensor.shape[0]));
+      quant::to_f32(fmt, t->data, p.tensor.shape[0], vec.data());
       writer.write(vec.data(), vec.size() * 4);
       continue;
     }
-    const quant::WeightFormat fmt = t->dtype == DType::F32 ? quant::WeightFormat::F32
-                                    : t->dtype == DType::F16 ? quant::WeightFormat::F16 : quant::WeightFormat::BF16;
-    // Mapped safetensors data is at least 2-byte aligned for 16-bit types; f32 rows are read
-    // through dequantize_row's memcpy, so alignment does not matter here.
-    const quant::WeightMatrix src{fmt, e.shape[0], e.shape[1], t->data};
-    const int64_t step = rows_per_step(src.cols);
-    for (int64_t r0 = 0; r0 < src.rows; r0 += step) {
-      const int64_t r1 = std::min(src.rows, r0 + step);
-      buf.resize(quant::converted_bytes(target, src.cols, r0, r1));
-      quant::convert_rows(src, target, r0, r1, buf.data());
-      writer.write(buf.data(), buf.size());
-      progress.update(writer.written_bytes());
+    const int64_t rows = matrix_rows(p.tensor), cols = matrix_cols(p.tensor);
+    const size_t src_bytes = quant::format_storage_bytes(fmt, rows, cols);
+    for (int64_t m = 0; m < matrix_count(p.tensor); ++m) {
+      // Mapped safetensors data is at least 2-byte aligned for 16-bit types; f32 rows are read
+      // through dequantize_row's memcpy, so alignment does not matter here.
+      const quant::WeightMatrix src{fmt, rows, cols, t->data + size_t(m) * src_bytes};
+      const int64_t step = rows_per_step(cols);
+      for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t r1 = std::min(rows, r0 + step);
+        buf.resize(quant::converted_bytes(p.format, cols, r0, r1));
+        quant::convert_rows(src, p.format, r0, r1, buf.data());
+        writer.write(buf.data(), buf.size());
+        progress.update(writer.written_bytes());
+      }
     }
   }
   writer.finish();
@@ -154,12 +184,31 @@ struct Rng {
   }
 };
 
+// Random ggml Q4_0 / Q8_0 blocks for one row of `cols` values of standard deviation `std`:
+// uniform codes with a per-block scale jittered +-25%.
+void random_blocks(Rng& rng, bool q4, int64_t cols, float std, uint8_t* out) {
+  const size_t bb = q4 ? 18 : 34;
+  const float code_std = q4 ? 4.61f : 73.6f;  // std of uniform codes -8..7 / -128..127
+  for (int64_t b = 0; b < (cols + 31) / 32; ++b) {
+    uint8_t* blk = out + size_t(b) * bb;
+    const uint64_t r = rng.next();
+    const float jitter = 0.75f + 0.5f * float(r >> 40) / float(1 << 24);
+    const uint16_t d = quant::f32_to_f16(std / code_std * jitter);
+    std::memcpy(blk, &d, 2);
+    for (size_t k = 2; k < bb; k += 8) {
+      const uint64_t v = rng.next();
+      std::memcpy(blk + k, &v, std::min<size_t>(8, bb - k));
+    }
+  }
+}
+
 void write_synthetic(const ConvertOptions& o, const std::string& config_path, const std::string& out) {
   const quant::WeightFormat target = quant::quant_target_from_name(o.quant, "--quant");
   const nlohmann::json config = read_json(config_path);
   const spec::ModelSpec spec = spec::spec_from_hf_config(config, config_path);
   const std::string prefix = "model.language_model.";
-  auto entries = table_for(spec, prefix, target);
+  const auto plan = plan_for(spec, prefix, target);
+  auto entries = table_for(plan);
   nlohmann::json header = {{"architecture", formats::kPackedArchitecture}, {"config", config}, {"quant", o.quant},
                            {"source", "synthetic:" + fs::path(config_path).filename().string()},
                            {"seed", o.seed}};
@@ -169,59 +218,56 @@ void write_synthetic(const ConvertOptions& o, const std::string& config_path, co
   std::vector<std::byte> buf;
   std::vector<uint8_t> blocks;
   std::vector<float> row;
-  for (const auto& e : entries) {
-    if (e.shape.size() == 1) {
-      std::vector<float> ones(size_t(e.shape[0]), 1.0f);  // norm gains and layer scalars: 1
+  for (const auto& p : plan) {
+    const auto& t = p.tensor;
+    if (t.shape.size() == 1) {
+      std::vector<float> ones(size_t(t.shape[0]), 1.0f);  // norm gains, layer scalars, expert scales: 1
       writer.write(ones.data(), ones.size() * 4);
       continue;
     }
-    const int64_t rows = e.shape[0], cols = e.shape[1];
+    const int64_t rows = matrix_rows(t), cols = matrix_cols(t);
+    const quant::WeightFormat target_fmt = p.format;
+    const bool q4 = target_fmt == quant::WeightFormat::Q4_0X4 || target_fmt == quant::WeightFormat::Q4_0;
+    const bool blocky = q4 || target_fmt == quant::WeightFormat::Q8_0X4 || target_fmt == quant::WeightFormat::Q8_0;
+    const size_t bb = q4 ? 18 : 34;
+    const int64_t nb = (cols + 31) / 32;
     // Weights of standard deviation about 1/sqrt(cols), as an initializer would give.
     const float target_std = 1.0f / std::sqrt(float(cols));
     const int64_t step = rows_per_step(cols);
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-      const int64_t r1 = std::min(rows, r0 + step);
-      buf.resize(quant::converted_bytes(target, cols, r0, r1));
-      if (quant::is_interleaved(target)) {
-        // Random ggml blocks, packed: uniform codes with a per-block scale jittered +-25%.
-        const bool q4 = target == quant::WeightFormat::Q4_0X4;
-        const size_t bb = q4 ? 18 : 34;
-        const int64_t nb = (cols + 31) / 32;
-        const float code_std = q4 ? 4.61f : 73.6f;  // std of uniform codes -8..7 / -128..127
-        blocks.resize(size_t(4 * nb) * bb);
-        const size_t group_bytes = quant::format_storage_bytes(target, 4, cols);
-        for (int64_t g = r0; g < r1; g += 4) {
-          const uint8_t* ptrs[4] = {};
-          for (int i = 0; i < 4 && g + i < rows; ++i) {
-            uint8_t* rowb = blocks.data() + size_t(i * nb) * bb;
-            for (int64_t b = 0; b < nb; ++b) {
-              uint8_t* blk = rowb + size_t(b) * bb;
-              const uint64_t r = rng.next();
-              const float jitter = 0.75f + 0.5f * float(r >> 40) / float(1 << 24);
-              const uint16_t d = quant::f32_to_f16(target_std / code_std * jitter);
-              std::memcpy(blk, &d, 2);
-              for (size_t k = 2; k < bb; k += 8) {
-                const uint64_t v = rng.next();
-                std::memcpy(blk + k, &v, std::min<size_t>(8, bb - k));
-              }
+    for (int64_t m = 0; m < matrix_count(t); ++m) {
+      for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t r1 = std::min(rows, r0 + step);
+        buf.resize(quant::converted_bytes(target_fmt, cols, r0, r1));
+        if (quant::is_interleaved(target_fmt)) {
+          blocks.resize(size_t(4 * nb) * bb);
+          const size_t group_bytes = quant::format_storage_bytes(target_fmt, 4, cols);
+          for (int64_t g = r0; g < r1; g += 4) {
+            const uint8_t* ptrs[4] = {};
+            for (int i = 0; i < 4 && g + i < rows; ++i) {
+              uint8_t* rowb = blocks.data() + size_t(i * nb) * bb;
+              random_blocks(rng, q4, cols, target_std, rowb);
+              ptrs[i] = rowb;
             }
-            ptrs[i] = rowb;
+            std::byte* dst = buf.data() + size_t((g - r0) / 4) * group_bytes;
+            if (q4) quant::pack_group_q4_0x4(ptrs, nb * 32, dst);
+            else quant::pack_group_q8_0x4(ptrs, nb * 32, dst);
           }
-          std::byte* dst = buf.data() + size_t((g - r0) / 4) * group_bytes;
-          if (q4) quant::pack_group_q4_0x4(ptrs, nb * 32, dst);
-          else quant::pack_group_q8_0x4(ptrs, nb * 32, dst);
+        } else if (blocky) {
+          const size_t rb = quant::format_row_bytes(target_fmt, cols);
+          for (int64_t r = r0; r < r1; ++r)
+            random_blocks(rng, q4, cols, target_std, reinterpret_cast<uint8_t*>(buf.data() + size_t(r - r0) * rb));
+        } else {
+          row.resize(size_t(cols));
+          const size_t rb = quant::format_row_bytes(target_fmt, cols);
+          for (int64_t r = r0; r < r1; ++r) {
+            for (auto& v : row) v = (float(rng.next() >> 40) / float(1 << 24) - 0.5f) * 3.4641f * target_std;
+            const quant::WeightMatrix one{quant::WeightFormat::F32, 1, cols, row.data()};
+            quant::convert_rows(one, target_fmt, 0, 1, buf.data() + size_t(r - r0) * rb);
+          }
         }
-      } else {
-        row.resize(size_t(cols));
-        const size_t rb = quant::format_row_bytes(target, cols);
-        for (int64_t r = r0; r < r1; ++r) {
-          for (auto& v : row) v = (float(rng.next() >> 40) / float(1 << 24) - 0.5f) * 3.4641f * target_std;
-          const quant::WeightMatrix one{quant::WeightFormat::F32, 1, cols, row.data()};
-          quant::convert_rows(one, target, 0, 1, buf.data() + size_t(r - r0) * rb);
-        }
+        writer.write(buf.data(), buf.size());
+        progress.update(writer.written_bytes());
       }
-      writer.write(buf.data(), buf.size());
-      progress.update(writer.written_bytes());
     }
   }
   writer.finish();

@@ -83,7 +83,10 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
     if (!opts->manifest.empty()) {
       if (!opts->path.empty()) throw lumen::Error("inspect: give a PATH or --manifest, not both");
       const auto table = lumen::runtime::manifest_field_table(lumen::runtime::read_manifest_json(opts->manifest), opts->manifest);
-      if (opts->json) std::cout << lumen::runtime::field_table_to_json(table).dump(2) << "\n";
+      // Strings from files may hold invalid UTF-8: written as U+FFFD rather than refused.
+      if (opts->json)
+        std::cout << lumen::runtime::field_table_to_json(table).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                  << "\n";
       else std::cout << lumen::runtime::field_table_to_text(table);
       std::cout.flush();
       // A refused field: the table is printed, then the error a run would give.
@@ -118,7 +121,7 @@ LUMEN_COMMAND(50, [](CLI::App& app) {
                         {"sliding_layers_max_positions", f.bounded_max_positions},
                         {"bytes_at_context", f.bytes_at(opts->context)}};
       }
-      std::cout << j.dump(2) << "\n";
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << lumen::spec::spec_to_text(spec);
     }

@@ -1,7 +1,10 @@
 // lumen serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--api-key KEY]:
 // an OpenAI-compatible HTTP server with continuous batching and a chat page at /.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -23,11 +26,30 @@ struct ServeOptions {
   int port = 8080, parallel = 4, queue = 32, ctx = 4096, http_threads = 0;
   bool parallel_given = false;
   size_t max_body = 1 << 20;
+  double shutdown_timeout = 10, request_timeout = 0;
+  int64_t kv_memory_mib = -1;  // -1: half the memory available at start
   lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings (--prefill-chunk)
 };
 
 bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+int64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// Waits up to `timeout` for one of `signals`; true when one came.
+bool wait_signal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  timespec ts{time_t(timeout.count() / 1000), long(timeout.count() % 1000) * 1000000L};
+  return sigtimedwait(&signals, nullptr, &ts) > 0;
 }
 
 int serve(const ServeOptions& o) {
@@ -64,6 +86,8 @@ int serve(const ServeOptions& o) {
   // /health and /metrics next to them.
   so.http_threads = o.http_threads > 0 ? o.http_threads : o.parallel + o.queue + 8;
 
+  so.request_timeout_seconds = o.request_timeout;
+
   lumen::runtime::SchedulerOptions sched;
   // --parallel, else the manifest's decode batch, else 4.
   const auto& run = engine->run_config();
@@ -72,7 +96,21 @@ int serve(const ServeOptions& o) {
   // A newcomer's prompt rows per step: --prefill-chunk, else 64 (small, so running streams keep flowing).
   sched.prefill_chunk = o.model_flags.run.prefill_chunk ? run.prefill_chunk : 64;
   sched.kv_config = run.kv;
+  // KV memory of all slots together: --kv-memory-mib, else half of what the machine has
+  // available now that the model is loaded. Requests wait for it (or get a 503) rather than
+  // the process growing until the kernel kills it.
+  const int64_t mib = int64_t(1) << 20;
+  sched.kv_budget_bytes = o.kv_memory_mib >= 0 ? o.kv_memory_mib * mib : std::max<int64_t>(available_memory() / 2, 64 * mib);
+  // The model is checked before each step: weights truncated or rewritten on disk under the
+  // mapping would otherwise be a SIGBUS or garbage at the next read.
+  sched.model_check = [&engine] { return engine->weights_changed_on_disk(); };
   lumen::runtime::Scheduler scheduler(engine->model(), tokenizer, sched);
+  // A sequence never holds more positions than one alone can reserve in the budget.
+  const int64_t within_budget = scheduler.positions_within_budget();
+  if (within_budget < 2)
+    throw lumen::Error("--kv-memory-mib " + std::to_string(sched.kv_budget_bytes / mib) +
+                " MiB cannot hold the KV cache of even one position of this model");
+  so.context_length = int(std::min<int64_t>(so.context_length, within_budget));
   lumen::server::Server server(so, spec, tokenizer, scheduler);
   const int port = server.bind();
 
@@ -81,14 +119,38 @@ int serve(const ServeOptions& o) {
               << (o.api_key.empty() ? " and without --api-key: anyone who can connect can use it" : "") << '\n';
   std::cout << "lumen: serving " << so.model_name << " on http://" << (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host)
             << ':' << port << " (parallel " << sched.max_active << ", queue " << sched.max_queued << ", context "
-            << so.context_length << ")" << std::endl;
+            << so.context_length << ", KV memory " << sched.kv_budget_bytes / mib << " MiB)" << std::endl;
 
+  // SIGTERM/SIGINT: stop accepting, let the answers in flight finish within --shutdown-timeout
+  // (a second signal cuts it short), cancel what is left, close the connections; then
+  // listen() returns and the server exits 0.
+  std::atomic<bool> listening{true};
   std::thread signal_waiter([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (!listening) return;  // woken by the main thread: listen() ended on its own
+    // A signal that came while the model loaded waited for this thread; stop() before the
+    // server runs would be lost, so let listen() start first.
+    for (int i = 0; i < 500 && listening && !server.running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::cerr << "lumen: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": not accepting new connections; "
+              << server.in_flight() << " answer(s) in flight, waiting up to " << o.shutdown_timeout << " s" << std::endl;
     server.stop();
+    using namespace std::chrono;
+    const auto deadline = steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(o.shutdown_timeout));
+    bool again = false;
+    while (server.in_flight() > 0 && steady_clock::now() < deadline && !again)
+      again = wait_signal(stop_signals, milliseconds(50));
+    if (server.in_flight() > 0) {
+      std::cerr << "lumen: cancelling " << server.in_flight() << " answer(s)" << std::endl;
+      scheduler.cancel_all();
+      // Cancelled sequences leave at the worker's next step; their answers then end at once.
+      const auto grace = steady_clock::now() + seconds(10);
+      while (server.in_flight() > 0 && steady_clock::now() < grace) wait_signal(stop_signals, milliseconds(20));
+    }
+    server.close_connections();
   });
   server.listen();
+  listening = false;
   // listen() also returns when stop() came from elsewhere: wake the waiter so it can end.
   pthread_kill(signal_waiter.native_handle(), SIGTERM);
   signal_waiter.join();
@@ -114,6 +176,17 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
   cmd->add_option("--http-threads", opts->http_threads, "Connections served at once (default: parallel + queue + 8)")
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--name", opts->name, "Model id reported by /v1/models (default: the directory name)");
+  cmd->add_option("--shutdown-timeout", opts->shutdown_timeout,
+                  "Seconds SIGTERM/SIGINT lets answers in flight finish before cancelling them")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--request-timeout", opts->request_timeout,
+                  "Seconds a generation request may take, queue included (0 = no limit); then its answer ends "
+                  "with finish_reason 'length'")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--kv-memory-mib", opts->kv_memory_mib,
+                  "KV cache memory of all sequences together (default: half the available memory); requests "
+                  "beyond it wait, or get a 503 when the queue is full")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   lumen::cli::add_model_flags(cmd, opts->model_flags, true);
   return std::pair{cmd, lumen::cli::Runner([opts, cmd] {
     opts->parallel_given = cmd->count("--parallel") > 0;

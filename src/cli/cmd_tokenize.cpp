@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "cli/command.h"
 #include "spec/model_spec.h"
 #include "tokenizer/chat_format.h"
@@ -38,7 +39,7 @@ std::string read_file(const std::string& path) {
 std::vector<lumen::tokenizer::ChatMessage> read_messages(const std::string& path, std::vector<nlohmann::json>* tools) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(read_file(path));
+    doc = lumen::parse_json(read_file(path));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
@@ -85,7 +86,7 @@ void for_each_jsonl(const std::string& path, Handle handle) {
     if (line.empty()) continue;
     nlohmann::json value;
     try {
-      value = nlohmann::json::parse(line);
+      value = lumen::parse_json(line);
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": line " + std::to_string(number) + ": not valid JSON (" + std::string(e.what()) + ")");
     }

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 
 namespace lumen::cli {
 
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
 
   std::string isa;
   app.add_option("--isa", isa, "Force a kernel variant (scalar, avx2, avx512); default: the best the CPU has (also LUMEN_ISA)");
+  bool exact = false;
+  app.add_flag("--exact", exact,
+               "Run every matrix product on the f32 reference path (weights expanded exactly, f32 activations) "
+               "instead of the int8 kernels (also LUMEN_EXACT=1)");
 
   auto commands = registered_commands();
   std::stable_sort(commands.begin(), commands.end(),
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
         throw lumen::Error("--isa: this CPU does not support " + isa);
       lumen::kernels::set_isa(forced);
     }
+    if (exact) lumen::kernels::set_exact_matmul(true);
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const std::exception& e) {

@@ -4,10 +4,17 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "kernels/matmul.h"
 #include "runtime/litert_load.h"
 #include "runtime/manifest_run.h"
 
 namespace lumen::cli {
+
+void add_exact_flag(CLI::App* cmd) {
+  cmd->add_flag_callback("--exact", [] { kernels::set_exact_matmul(true); },
+                         "Run every matrix product on the f32 reference path (weights expanded exactly, f32 "
+                         "activations) instead of the int8 kernels (as `lumen --exact`)");
+}
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--manifest", f.manifest,
@@ -18,6 +25,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   if (with_allow_unverified)
     cmd->add_flag("--allow-unverified", f.allow_unverified,
                   "Run a model whose manifest marks it unsupported (known not to run correctly)");
+  add_exact_flag(cmd);
   cmd->add_flag("--fields", f.verbose_fields, "With --manifest: list every manifest field and what Lumen does with it (stderr)");
   cmd->add_option("--kv-dtype", f.run.kv_dtype, "KV cache element type: f32, f16, bf16 (default: the manifest's, else f32)");
   cmd->add_option("--kv-layout", f.run.kv_layout, "KV cache layout: contiguous, paged, tiered (default: the manifest's, else paged)");
@@ -25,6 +33,18 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--kv-cold", f.run.kv_cold, "Cold tier of full-attention layers: off, f32, f16, bf16, int8, int4");
   cmd->add_option("--hot-window", f.run.hot_window, "Positions of full-attention layers kept hot when tiered (default 1024)");
   cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step (default 256; serve: 64, so running streams keep flowing)");
+  add_per_layer_input_flags(cmd, f.run);
+}
+
+void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run) {
+  cmd->add_option("--ple-table", run.ple_table,
+                  "Per-layer input table (E2B/E4B): mapped (read in place, default) or resident (copied into memory)");
+  cmd->add_option("--ple-row-cache", run.ple_row_cache, "Per-layer input row cache: off, or the rows it keeps (default 512)");
+  cmd->add_option("--ple-row-cache-bytes", run.ple_row_cache_bytes, "Byte limit of the row cache (e.g. 64MiB; default 64MiB)");
+  cmd->add_option("--ple-row-dtype", run.ple_row_dtype, "Element type of cached rows: f32 (default), or the table's own bf16/f16");
+  cmd->add_option("--ple-prefetch", run.ple_prefetch, "Prefetch of upcoming tokens' rows: off, or rows ahead (default 1)");
+  cmd->add_option("--ple-hot-cache", run.ple_hot_cache, "Prepared per-layer inputs kept: off, or tokens (default 1024)");
+  cmd->add_option("--ple-hot-bytes", run.ple_hot_bytes, "Byte limit of the prepared-input cache (default 64MiB)");
 }
 
 std::string model_path_of(const std::string& model_flag, const ModelFlags& f) {

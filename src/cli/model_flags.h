@@ -24,6 +24,12 @@ struct ModelFlags {
   runtime::RunFlags run;
 };
 
+// `CMD --exact`: the same switch as the global `lumen --exact CMD` (kernels::set_exact_matmul),
+// for the commands that run a model, so that it may follow the command name.
+void add_exact_flag(CLI::App* cmd);
+// The per-layer input table flags (--ple-*), also used by commands without the rest.
+void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run);
+
 // Adds the flags. `with_allow_unverified`: also --allow-unverified (commands that already
 // have it pass false and copy their value into ModelFlags::allow_unverified).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverified);

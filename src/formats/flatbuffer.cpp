@@ -22,6 +22,14 @@ void Buffer::check_range(size_t pos, uint64_t n, const std::string& path, const 
   }
 }
 
+void Buffer::charge(uint64_t bytes, const std::string& path) const {
+  const uint64_t limit = 2 * uint64_t(size) + 65536;
+  decoded += bytes;
+  if (decoded > limit)
+    fail(path, "the FlatBuffer's offsets reach the same data over and over (" + std::to_string(decoded) +
+                   " bytes decoded from " + std::to_string(size) + "): refused");
+}
+
 Table Table::root(const Buffer& buf, size_t pos, const std::string& path) {
   buf.check_range(pos, 4, path, "root offset");
   const uint32_t off = buf.read<uint32_t>(pos);
@@ -48,6 +56,7 @@ Table::Table(const Buffer& buf, size_t pos, std::string path)
   buf.check_range(vtable_, vtable_size_, path_, "vtable");
   if (inline_size_ < 4) buf.fail(path_, "bad table size " + std::to_string(inline_size_));
   buf.check_range(pos_, inline_size_, path_, "table");
+  buf.charge(inline_size_, path_);
 }
 
 uint16_t Table::field_offset(int field) const {
@@ -104,6 +113,7 @@ std::string_view read_string(const Buffer& buf, size_t pos, const std::string& p
   buf.check_range(pos, 4, path, "string length");
   const uint32_t n = buf.read<uint32_t>(pos);
   buf.check_range(pos + 4, n, path, "string");
+  buf.charge(4 + uint64_t(n), path);
   return std::string_view(reinterpret_cast<const char*>(buf.data + pos + 4), n);
 }
 
@@ -120,6 +130,7 @@ Vector Table::vector(int field, size_t elem_size, const char* name) const {
   const uint32_t n = buf_->read<uint32_t>(at);
   buf_->check_range(at + 4, uint64_t(n) * elem_size, path,
                     ("vector of " + std::to_string(n) + " elements").c_str());
+  buf_->charge(4 + uint64_t(n) * elem_size, path);
   return Vector(buf_, at + 4, n, elem_size, path);
 }
 

@@ -37,6 +37,11 @@ struct Buffer {
   }
   // Throws unless [pos, pos + n) lies inside the buffer (overflow-safe).
   void check_range(size_t pos, uint64_t n, const std::string& path, const char* what) const;
+  // Counts bytes decoded (tables, vectors, strings as they are reached). A writer stores each
+  // once, so a file reaches about its own size; offsets that share one table or vector many
+  // times over (a few KB that decode to gigabytes of tensors) are refused past twice the size.
+  void charge(uint64_t bytes, const std::string& path) const;
+  mutable uint64_t decoded = 0;
 };
 
 class Table;
@@ -67,7 +72,7 @@ class Vector {
   const Buffer* buf_ = nullptr;
   size_t pos_ = 0;
   uint32_t count_ = 0;
-  size_t elem_size_ = 0;
+  [[maybe_unused]] size_t elem_size_ = 0;  // kept for debugging; reads use sizeof(T)
   std::string path_;
 };
 

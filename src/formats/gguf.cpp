@@ -13,7 +13,6 @@ namespace lumen::formats {
 
 namespace {
 
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8;  // magic, version, tensor count, kv count
 constexpr int kMaxDims = 4;                      // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 16;               // nested arrays deeper than this are refused
@@ -24,6 +23,12 @@ constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims,
 
 
 std::string str(uint64_t value) { return std::to_string(value); }
+
+// What to reserve for `count` records the header claims. The count is checked against the
+// bytes left, but a record in memory is several times its least size in the file: reserving
+// for the claim itself would let a 1 GB file with a lying count ask for many gigabytes before
+// its first record fails to parse. Beyond this, lists grow as records actually parse.
+size_t reserve_hint(uint64_t count) { return size_t(std::min<uint64_t>(count, 4096)); }
 
 template <typename T>
 T load_le(const std::byte* p) {
@@ -466,9 +471,9 @@ class GgufParser {
   }
 
   void parse_metadata() {
-    out_.metadata_.reserve(size_t(kv_count_));
+    out_.metadata_.reserve(reserve_hint(kv_count_));
     std::unordered_map<std::string_view, size_t> seen;
-    seen.reserve(size_t(kv_count_));
+    seen.reserve(reserve_hint(kv_count_));
     for (uint64_t i = 0; i < kv_count_; ++i) {
       const std::string index_text = "#" + str(i);
       const std::string_view key = read_string({"the key of metadata entry", index_text});
@@ -526,10 +531,10 @@ class GgufParser {
     array->element_type_ = element_type;
     array->size_ = size_t(count);
     if (element_type == GgufType::STRING) {
-      array->strings_.reserve(size_t(count));
+      array->strings_.reserve(reserve_hint(count));
       for (uint64_t i = 0; i < count; ++i) array->strings_.push_back(read_string(where));
     } else if (element_type == GgufType::ARRAY) {
-      array->arrays_.reserve(size_t(count));
+      array->arrays_.reserve(reserve_hint(count));
       for (uint64_t i = 0; i < count; ++i)
         array->arrays_.push_back(GgufValue::make_array(read_array(key, depth + 1)));
     } else {
@@ -561,9 +566,9 @@ class GgufParser {
   }
 
   void parse_tensor_infos() {
-    out_.tensors_.reserve(size_t(tensor_count_));
+    out_.tensors_.reserve(reserve_hint(tensor_count_));
     std::unordered_map<std::string_view, size_t> seen;
-    seen.reserve(size_t(tensor_count_));
+    seen.reserve(reserve_hint(tensor_count_));
     for (uint64_t i = 0; i < tensor_count_; ++i) {
       const std::string index_text = "#" + str(i);
       const std::string_view name = read_string({"the name of tensor info", index_text});
@@ -673,6 +678,26 @@ class GgufParser {
           tensor->offset + tensor->nbytes > furthest->offset + furthest->nbytes)
         furthest = tensor;
     }
+
+    // ggml lays the tensors out back to back in info order, each padded to the alignment, and
+    // refuses any other offset (gguf.cpp: "tensor has offset X, expected Y"). A gap means the
+    // tensor before it declares a type or shape that does not fit the bytes it was written with.
+    uint64_t expected = 0;
+    const GgufTensor* previous = nullptr;
+    for (const GgufTensor& tensor : out_.tensors_) {
+      if (tensor.offset != expected) {
+        if (previous == nullptr)
+          fail_tensor(tensor.name, "has data offset " + str(tensor.offset) +
+                                       "; the first tensor's data starts at offset 0");
+        const uint64_t holds = tensor.offset - previous->offset;
+        fail_tensor(previous->name, "is " + std::string(ggml_type_name(previous->type)) + " " + ne_text(previous->ne) +
+                                        ", " + str(previous->nbytes) + " bytes, but its data holds " + str(holds) +
+                                        " bytes (the next tensor " + in_quotes(tensor.name) + " starts at data offset " +
+                                        str(tensor.offset) + "): its type or shape does not match its data");
+      }
+      expected = tensor.offset + (tensor.nbytes + align - 1) / align * align;
+      previous = &tensor;
+    }
   }
 
   // Built last: the views point at strings inside the final vectors.
@@ -700,6 +725,13 @@ class GgufParser {
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile file;
   file.file_ = std::make_unique<MappedFile>(path);  // reports a missing or unreadable path
+  GgufParser(file).parse();
+  return file;
+}
+
+GgufFile GgufFile::parse(const std::byte* data, size_t size, const std::string& name) {
+  GgufFile file;
+  file.file_ = std::make_unique<MappedFile>(MappedFile::borrow(name, data, size));
   GgufParser(file).parse();
   return file;
 }

@@ -220,6 +220,10 @@ class GgufFile {
  public:
   // Maps and validates the whole file. Throws lumen::Error ("PATH: ...") on any defect.
   static GgufFile open(const std::string& path);
+  // The same for bytes the caller keeps alive; `name` stands for the path in errors.
+  static GgufFile parse(const std::byte* data, size_t size, const std::string& name);
+  // The mapping, to check that the file has not changed on disk since it was opened.
+  const MappedFile& mapped_file() const { return *file_; }
 
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return version_; }

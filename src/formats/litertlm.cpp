@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/flatbuffer.h"
 
 namespace lumen::formats {
@@ -70,8 +71,7 @@ MetaValue read_value(const fb::Table& kv, uint8_t type, bool structs) {
 }
 
 std::vector<KeyValue> read_pairs(const fb::Vector& v, bool structs) {
-  std::vector<KeyValue> out;
-  out.reserve(v.size());
+  std::vector<KeyValue> out;  // grows as pairs decode: never reserved for a count from the file
   for (uint32_t i = 0; i < v.size(); ++i) {
     const fb::Table kv = v.table(i);
     auto key = kv.string(0, "key");
@@ -380,8 +380,12 @@ nlohmann::json litertlm_to_json(const LitertlmFile& f) {
       case SectionType::LlmMetadataProto: sj["llm_metadata"] = llm_metadata_to_json(f.llm_metadata(s)); break;
       case SectionType::HF_Tokenizer_Zlib: {
         const std::string json_text = f.hf_tokenizer_json(s);
-        const auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-        if (doc.is_discarded()) throw Error(f.section_name(s) + ": inflated tokenizer is not valid JSON");
+        nlohmann::json doc;
+        try {
+          doc = parse_json(json_text);
+        } catch (const nlohmann::json::exception&) {
+          throw Error(f.section_name(s) + ": inflated tokenizer is not valid JSON");
+        }
         nlohmann::json hj = {{"uncompressed_size", json_text.size()}};
         if (doc.is_object() && doc.contains("model") && doc["model"].is_object()) {
           const auto& model = doc["model"];

@@ -40,6 +40,9 @@ MappedFile::MappedFile(const std::string& path, Backing backing) : path_(path) {
   if (!S_ISREG(st.st_mode)) throw Error("cannot map '" + path + "': not a regular file");
 
   size_ = static_cast<size_t>(st.st_size);
+  device_ = uint64_t(st.st_dev);
+  inode_ = uint64_t(st.st_ino);
+  mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (size_ == 0) return;  // mmap rejects length 0; an empty file is simply empty
 
   if (backing == Backing::HugePageCopy) {
@@ -74,6 +77,28 @@ MappedFile::MappedFile(const std::string& path, Backing backing) : path_(path) {
   data_ = static_cast<const std::byte*>(mapping);
   region_ = mapping;
   region_size_ = size_;
+  shared_with_disk_ = true;
+}
+
+MappedFile MappedFile::borrow(std::string name, const std::byte* data, size_t size) {
+  MappedFile view;
+  view.path_ = std::move(name);
+  view.data_ = data;
+  view.size_ = size;
+  return view;
+}
+
+std::string MappedFile::change_on_disk() const {
+  if (!shared_with_disk_) return {};
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return "removed";
+  if (uint64_t(st.st_dev) != device_ || uint64_t(st.st_ino) != inode_) return "replaced by another file";
+  if (size_t(st.st_size) < size_)
+    return "truncated from " + std::to_string(size_) + " to " + std::to_string(st.st_size) + " bytes";
+  if (size_t(st.st_size) != size_)
+    return "grown from " + std::to_string(size_) + " to " + std::to_string(st.st_size) + " bytes";
+  if (int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != mtime_ns_) return "modified";
+  return {};
 }
 
 MappedFile::~MappedFile() {
@@ -85,6 +110,10 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       region_(std::exchange(other.region_, nullptr)),
-      region_size_(std::exchange(other.region_size_, 0)) {}
+      region_size_(std::exchange(other.region_size_, 0)),
+      shared_with_disk_(std::exchange(other.shared_with_disk_, false)),
+      device_(other.device_),
+      inode_(other.inode_),
+      mtime_ns_(other.mtime_ns_) {}
 
 }  // namespace lumen::formats

@@ -9,6 +9,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::formats {
 namespace {
@@ -37,11 +38,20 @@ bool is_packed_file(const std::string& path) {
 }
 
 std::unique_ptr<PackedFile> PackedFile::open(const std::string& path) {
-  auto pf = std::unique_ptr<PackedFile>(new PackedFile());
   // LUMEN_WEIGHTS_HUGEPAGES=1: weights copied into 2 MiB pages (faster decode, slower load).
   const char* huge = std::getenv("LUMEN_WEIGHTS_HUGEPAGES");
   const bool copy = huge && *huge && *huge != '0';
-  pf->file_ = std::make_unique<MappedFile>(path, copy ? MappedFile::Backing::HugePageCopy : MappedFile::Backing::Map);
+  return read(std::make_unique<MappedFile>(path, copy ? MappedFile::Backing::HugePageCopy : MappedFile::Backing::Map));
+}
+
+std::unique_ptr<PackedFile> PackedFile::parse(const std::byte* data, size_t size, const std::string& name) {
+  return read(std::make_unique<MappedFile>(MappedFile::borrow(name, data, size)));
+}
+
+std::unique_ptr<PackedFile> PackedFile::read(std::unique_ptr<MappedFile> file) {
+  auto pf = std::unique_ptr<PackedFile>(new PackedFile());
+  pf->file_ = std::move(file);
+  const std::string& path = pf->file_->path();
   const std::byte* base = pf->file_->data();
   const uint64_t size = pf->file_->size();
   const std::string where = path + ": ";
@@ -57,8 +67,7 @@ std::unique_ptr<PackedFile> PackedFile::open(const std::string& path) {
     throw Error(where + "truncated packed model: the header needs " + std::to_string(header_len) + " bytes, the file has " +
                 std::to_string(size - kFixedBytes) + " after the fixed part");
   try {
-    pf->header_ = nlohmann::json::parse(reinterpret_cast<const char*>(base + kFixedBytes),
-                                        reinterpret_cast<const char*>(base + kFixedBytes + header_len));
+    pf->header_ = parse_json(std::string_view(reinterpret_cast<const char*>(base + kFixedBytes), header_len));
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + "packed header is not valid JSON");
   }
@@ -83,9 +92,10 @@ std::unique_ptr<PackedFile> PackedFile::open(const std::string& path) {
       v.shape = t.at("shape").get<std::vector<int64_t>>();
       const uint64_t offset = t.at("offset").get<uint64_t>(), n = t.at("size").get<uint64_t>();
       if (offset % kPackedAlign) throw Error(where + "tensor " + in_quotes(v.name) + " is not 64-byte aligned");
-      if (data_start + offset + n > size || data_start + offset < data_start)
+      if (data_start > size || offset > size - data_start || n > size - data_start - offset)
         throw Error(where + "truncated packed model: tensor " + in_quotes(v.name) + " ends at byte " +
-                    std::to_string(data_start + offset + n) + " but the file has " + std::to_string(size));
+                    std::to_string(data_start) + " + " + std::to_string(offset) + " + " + std::to_string(n) +
+                    " but the file has " + std::to_string(size));
       v.data = base + data_start + offset;
       v.nbytes = n;
       v.file = path;

@@ -40,14 +40,18 @@ class PackedFile {
   // Throws lumen::Error (one line naming the file) when the file is not a packed model, is
   // truncated, has a newer version, another architecture, or a bad header/tensor table.
   static std::unique_ptr<PackedFile> open(const std::string& path);
+  // The same for bytes the caller keeps alive; `name` stands for the path in errors.
+  static std::unique_ptr<PackedFile> parse(const std::byte* data, size_t size, const std::string& name);
 
   const nlohmann::json& header() const { return header_; }
   const nlohmann::json& config() const { return header_.at("config"); }
   const TensorView* find(const std::string& name) const;
   std::vector<std::string> names() const;
   const std::string& path() const { return file_->path(); }
+  const MappedFile& mapped_file() const { return *file_; }
 
  private:
+  static std::unique_ptr<PackedFile> read(std::unique_ptr<MappedFile> file);
   std::unique_ptr<MappedFile> file_;
   nlohmann::json header_;
   std::map<std::string, TensorView> tensors_;

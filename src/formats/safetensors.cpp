@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::formats {
 
@@ -148,6 +149,10 @@ json parse_header_json(const std::string& path, std::string_view text) {
   std::set<std::string> top_level_keys;
   json::parser_callback_t note_duplicates = [&](int depth, json::parse_event_t event,
                                                 json& parsed) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw json::parse_error::create(101, 0, "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                                      nullptr);
     if (event == json::parse_event_t::key && depth == 1 && !duplicate_key) {
       const auto& key = parsed.get_ref<const std::string&>();
       if (!top_level_keys.insert(key).second) duplicate_key = key;
@@ -300,7 +305,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   {
     MappedFile index_file(index);
     try {
-      index_json = json::parse(as_chars(index_file.data(), index_file.size()));
+      index_json = parse_json(as_chars(index_file.data(), index_file.size()));
     } catch (const json::exception& e) {
       fail(index, "index is not valid JSON (" + json_error_reason(e) + ")");
     }
@@ -349,6 +354,17 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
         fail(index, "maps tensor " + in_quotes(tensor) + " to " + in_quotes(shard_path) +
                         " but that shard does not contain it");
     }
+  }
+  return checkpoint;
+}
+
+SafetensorsCheckpoint SafetensorsCheckpoint::parse(const std::byte* data, size_t size, const std::string& name) {
+  SafetensorsCheckpoint checkpoint;
+  checkpoint.path_ = name;
+  checkpoint.files_.push_back(std::make_unique<MappedFile>(MappedFile::borrow(name, data, size)));
+  for (TensorView& view : read_tensor_table(*checkpoint.files_.back())) {
+    std::string tensor = view.name;
+    checkpoint.tensors_.emplace(std::move(tensor), std::move(view));
   }
   return checkpoint;
 }

@@ -22,6 +22,8 @@ class SafetensorsCheckpoint {
  public:
   // `path`: a .safetensors file or a directory holding the checkpoint.
   static SafetensorsCheckpoint open(const std::string& path);
+  // One .safetensors file's bytes, kept alive by the caller; `name` stands for the path.
+  static SafetensorsCheckpoint parse(const std::byte* data, size_t size, const std::string& name);
 
   // nullptr when absent.
   const TensorView* find(const std::string& name) const;
@@ -30,6 +32,8 @@ class SafetensorsCheckpoint {
   size_t size() const { return tensors_.size(); }
   // The file or directory it was opened from.
   const std::string& path() const { return path_; }
+  // The mapped shards, to check that none has changed on disk since it was opened.
+  const std::vector<std::unique_ptr<MappedFile>>& mapped_files() const { return files_; }
   // Per-file `__metadata__` string map is ignored except for reporting.
 
  private:

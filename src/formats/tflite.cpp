@@ -122,11 +122,12 @@ TfliteModel TfliteModel::parse(const std::byte* data, size_t size, const std::st
   m.description = str(root.string(3, "description"));
 
   // Buffers: inline data, or offset/size past the FlatBuffer (relative to the model start).
+  // Lists grow as their elements are decoded, never to a count read from the file: a 4-byte
+  // offset slot would otherwise cost a TfliteTensor (~200 bytes) before any check.
   const fb::Vector buffers = root.vector(4, 4, "buffers");
-  m.buffers.resize(buffers.size());
   for (uint32_t i = 0; i < buffers.size(); ++i) {
     const fb::Table b = buffers.table(i);
-    TfliteBuffer& out = m.buffers[i];
+    TfliteBuffer& out = m.buffers.emplace_back();
     const fb::Vector inline_data = b.vector(0, 1, "data");
     const uint64_t offset = b.scalar<uint64_t>(1, 0, "offset");
     const uint64_t bytes = b.scalar<uint64_t>(2, 0, "size");
@@ -162,17 +163,15 @@ TfliteModel TfliteModel::parse(const std::byte* data, size_t size, const std::st
   }
 
   const fb::Vector subgraphs = root.vector(2, 4, "subgraphs");
-  m.subgraphs.resize(subgraphs.size());
   for (uint32_t s = 0; s < subgraphs.size(); ++s) {
     const fb::Table g = subgraphs.table(s);
-    TfliteSubgraph& sg = m.subgraphs[s];
+    TfliteSubgraph& sg = m.subgraphs.emplace_back();
     sg.name = str(g.string(4, "name"));
     sg.num_operators = g.vector(3, 4, "operators").size();
     const fb::Vector tensors = g.vector(0, 4, "tensors");
-    sg.tensors.resize(tensors.size());
     for (uint32_t i = 0; i < tensors.size(); ++i) {
       const fb::Table t = tensors.table(i);
-      TfliteTensor& tensor = sg.tensors[i];
+      TfliteTensor& tensor = sg.tensors.emplace_back();
       tensor.name = str(t.string(3, "name"));
       // Built only when something is wrong: models have thousands of tensors.
       auto path = [&] { return tensor_path(s, i) + " " + in_quotes(tensor.name); };

@@ -1,7 +1,11 @@
 #include "kernels/matmul.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "kernels/block_matmul.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ggml_dequant.h"
 #include "kernels/qmatmul.h"
@@ -33,6 +37,10 @@ namespace {
 
 // Expands one weight row into f32 (a no-op view for f32 weights).
 const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch, bool avx2) {
+  if (quant::is_interleaved(w.format)) {
+    quant::dequantize_row(w, r, scratch);
+    return scratch;
+  }
   const auto* base = static_cast<const std::byte*>(w.data) + size_t(r) * w.row_bytes();
   switch (w.format) {
     case quant::WeightFormat::F32:
@@ -53,10 +61,30 @@ const float* row_as_f32(const quant::WeightMatrix& w, int64_t r, float* scratch,
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_exact{-1};  // -1: not read from the environment yet
+}  // namespace
+
+bool exact_matmul() {
+  int v = g_exact.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("LUMEN_EXACT");
+    v = env != nullptr && *env != '\0' && std::string(env) != "0";
+    g_exact.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+void set_exact_matmul(bool exact) { g_exact.store(exact ? 1 : 0, std::memory_order_relaxed); }
+
 void matmul(const float* x, int64_t T, const quant::WeightMatrix& w, float* y) {
-  if (quant::is_interleaved(w.format)) return qmatmul(x, T, w, y);
+  if (exact_matmul()) return matmul_expanded(x, T, w, y, active_isa());
+  format_kernels(w.format).matmul(x, T, w, y, active_isa());
+}
+
+void matmul_expanded(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
   const int64_t K = w.cols, N = w.rows;
-  const bool avx2 = active_isa() != Isa::Scalar;
+  const bool avx2 = isa != Isa::Scalar;
   auto dot = avx2 ? detail::dot_f32_avx2 : detail::dot_f32_scalar;
   ThreadPool::global().parallel_for(N, [&](int64_t r0, int64_t r1) {
     std::vector<float> scratch(static_cast<size_t>(K));

@@ -32,6 +32,16 @@ bool decode_kernel_applies(const quant::WeightMatrix& w);
 // ys[i][r] = sum_c x[c] W_i[r, c] for Q4_0X4 matrices that all have x's length (cols) as
 // columns: one activation quantization, one pool call. Throws lumen::Error otherwise.
 void qmatvec_q4(const float* x, std::span<const quant::WeightMatrix* const> ws, std::span<float* const> ys, Isa isa);
+// The same with an input per matrix (xs[i] for W_i; equal pointers are quantized once): the
+// matrices still share one pool call (a decode step's chosen experts' down projections).
+void qmatvec_q4_each(std::span<const float* const> xs, std::span<const quant::WeightMatrix* const> ws,
+                     std::span<float* const> ys, Isa isa);
+
+// y_i = W_i x_i, one token each: one fused call when every matrix is Q4_0X4 with the same
+// columns (at most 8), otherwise kernels::matmul on each (same results either way, up to the
+// ISA's f32 summation order).
+void matvec_each(std::span<const float* const> xs, std::span<const quant::WeightMatrix* const> ws,
+                 std::span<float* const> ys);
 
 // y = W x for matrices sharing the input x [T, cols]: one fused call when every matrix is
 // Q4_0X4 and T == 1; one prefill_matmul call (prefill.h: activations quantized once) when

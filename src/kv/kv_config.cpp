@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::kv {
 namespace {
@@ -169,7 +170,7 @@ KvConfig load_kv_config(const std::string& path) {
   if (!in) throw Error(path + ": cannot open");
   json doc;
   try {
-    doc = json::parse(in);
+    doc = parse_json(in);
   } catch (const std::exception& e) {
     throw Error(path + ": not valid JSON");
   }
@@ -214,6 +215,7 @@ KvFootprint kv_footprint(const spec::ModelSpec& spec, const KvConfig& c) {
   f.tiering = c.tiering && !f.contiguous;
   const int ps = f.page_size;
   for (const auto& ls : spec.layers) {
+    if (!ls.stores_kv()) continue;  // KV-shared: reads another layer's rows
     const int64_t row = int64_t(ls.num_kv_heads) * ls.head_dim;
     if (ls.window > 0 && !f.contiguous) {
       f.bounded_bytes_per_token += kv_row_bytes(c.dtype, row, c.block_size);

@@ -82,6 +82,7 @@ PagedCache::PagedCache(const spec::ModelSpec& spec, const KvConfig& config, std:
     L.head_dim = ls.head_dim;
     L.window = ls.window;
     L.tiered = config_.tiering && ls.window <= 0;
+    L.shared = !ls.stores_kv();  // reads another layer's pages, holds none
     layers_.push_back(std::move(L));
   }
 }
@@ -280,9 +281,10 @@ void PagedCache::clear() {
 
 int32_t PagedCache::resumable_length(int32_t want) const {
   int32_t n = std::max<int32_t>(want, 0);
-  for (const auto& L : layers_) n = std::min(n, L.length);
+  for (const auto& L : layers_)
+    if (!L.shared) n = std::min(n, L.length);
   for (const auto& L : layers_) {
-    if (L.window <= 0) continue;
+    if (L.window <= 0 || L.shared) continue;
     const int64_t need = std::max<int64_t>(0, int64_t(n) - L.window + 1);
     if (need < int64_t(L.first_page) * config_.page_size) return 0;
   }

@@ -76,6 +76,7 @@ class PagedCache final : public model::SequenceKv {
     int head_dim = 0;
     int window = 0;   // > 0: sliding (ring of pages)
     bool tiered = false;
+    bool shared = false;  // a KV-shared layer: stores nothing (the graph reads its source layer)
     std::vector<std::shared_ptr<Page>> pages;  // pages[i] covers page index first_page + i
     int32_t first_page = 0;
     int32_t cold_count = 0;  // pages[0 .. cold_count) have been demoted

@@ -15,7 +15,7 @@ namespace lumen::model {
 // and no score matrix beyond one tile exists. When there are fewer such jobs than threads
 // (decode), the key range is split and the partial softmax states merged.
 void attend(const spec::LayerSpec& ls, float scale, float softcap, int layer, std::span<const BatchRow> rows,
-            std::span<SequenceKv* const> caches, const float* q, float* out) {
+            std::span<SequenceKv* const> caches, const float* q, float* out, bool release_window) {
   const int64_t hd = ls.head_dim, nq = ls.num_q_heads, nkv = ls.num_kv_heads;
   const int64_t group = nq / nkv;
   kernels::AttentionParams params;
@@ -121,7 +121,7 @@ void attend(const spec::LayerSpec& ls, float scale, float softcap, int layer, st
   });
 
   // Positions the sliding window has left will not be read again: the cache may drop them.
-  if (ls.window > 0) {
+  if (release_window && ls.window > 0) {
     for (size_t s = 0; s < by_seq.size(); ++s) {
       if (by_seq[s].empty()) continue;
       const int32_t last = rows[size_t(by_seq[s].back())].pos;

@@ -14,9 +14,11 @@
 namespace lumen::model {
 
 // q: [rows, num_q_heads, head_dim] after norm and RoPE; out: the same shape. `scale`
-// multiplies q.k; softcap > 0 caps the scores. Afterwards, sliding layers tell each cache
-// which positions their window has left (SequenceKv::release_before).
+// multiplies q.k; softcap > 0 caps the scores. `layer` is the cache layer read (a KV-shared
+// layer reads its source's). Afterwards, with `release_window`, sliding layers tell each cache
+// which positions their window has left (SequenceKv::release_before); a caller whose later
+// layers still read this cache layer passes false and releases itself.
 void attend(const spec::LayerSpec& ls, float scale, float softcap, int layer, std::span<const BatchRow> rows,
-            std::span<SequenceKv* const> caches, const float* q, float* out);
+            std::span<SequenceKv* const> caches, const float* q, float* out, bool release_window = true);
 
 }  // namespace lumen::model

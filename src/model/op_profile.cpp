@@ -11,7 +11,8 @@ namespace {
 
 const char* const kOpNames[] = {"embedding lookup", "input + final rms norms",    "q/k/v projections", "rope + q/k norms + kv store",
                                 "attention",        "o projection", "gate/up projections", "gelu x up",
-                                "down projection",  "norms + residual adds", "output projection", "logit softcap"};
+                                "down projection",  "norms + residual adds", "output projection", "logit softcap",
+                                "moe router + experts", "per-layer inputs (table, projection)", "per-layer gates"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == size_t(Op::kCount));
 
 struct Kind {

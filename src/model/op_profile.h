@@ -10,7 +10,10 @@
 
 namespace lumen::model {
 
-enum class Op { Embed, Norms, QkvProj, RopeKv, Attention, OProj, GateUp, Gelu, DownProj, Residual, Logits, Softcap, kCount };
+enum class Op {
+  Embed, Norms, QkvProj, RopeKv, Attention, OProj, GateUp, Gelu, DownProj, Residual, Logits, Softcap,
+  Experts, PerLayerInputs, PerLayerGate, kCount
+};
 
 bool op_profile_enabled();
 void op_profile_add(Op op, bool prefill, double seconds, double cpu_seconds);
@@ -38,6 +41,36 @@ class OpTimer {
  private:
   Op op_;
   bool on_, prefill_;
+  std::chrono::steady_clock::time_point t0_{};
+  double cpu0_ = 0;
+};
+
+// Times consecutive phases of a step: start(op) ends the running phase and starts `op`;
+// stop() ends it. Does nothing when profiling is off.
+class PhaseTimer {
+ public:
+  PhaseTimer(bool on, bool prefill) : on_(on), prefill_(prefill) {}
+  ~PhaseTimer() { stop(); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+  void start(Op op) {
+    if (!on_) return;
+    stop();
+    op_ = op;
+    running_ = true;
+    t0_ = std::chrono::steady_clock::now();
+    cpu0_ = process_cpu_seconds();
+  }
+  void stop() {
+    if (!running_) return;
+    running_ = false;
+    op_profile_add(op_, prefill_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(),
+                   process_cpu_seconds() - cpu0_);
+  }
+
+ private:
+  bool on_, prefill_, running_ = false;
+  Op op_ = Op::Embed;
   std::chrono::steady_clock::time_point t0_{};
   double cpu0_ = 0;
 };

@@ -17,12 +17,36 @@ class GgufFile;
 
 namespace lumen::model {
 
+// Equally shaped matrices stored back to back (a checkpoint's [experts, out, in] tensor):
+// expert e is `rows` x `cols` in `format` at data + e * stride.
+struct StackedMatrices {
+  quant::WeightFormat format = quant::WeightFormat::F32;
+  int64_t count = 0, rows = 0, cols = 0;
+  const void* data = nullptr;
+  size_t stride = 0;  // bytes per matrix
+
+  quant::WeightMatrix at(int64_t e) const {
+    return {format, rows, cols, static_cast<const std::byte*>(data) + size_t(e) * stride};
+  }
+  size_t storage_bytes() const { return stride * size_t(count); }
+};
+
 struct LayerWeights {
-  quant::WeightMatrix q_proj, k_proj, v_proj /* empty when k_eq_v */, o_proj;
+  quant::WeightMatrix q_proj, k_proj, v_proj /* empty when k_eq_v or KV-shared */, o_proj;
   quant::WeightMatrix gate_proj, up_proj, down_proj;
   std::vector<float> input_norm, post_attention_norm, pre_ffn_norm, post_ffn_norm;
   std::vector<float> q_norm, k_norm;  // empty: unit gain
   float layer_scalar = 1.0f;
+  // Mixture of experts (empty without): the router [experts, hidden] (kept as stored: the
+  // top-k choice is discrete), its input gain and per-expert output scales, the experts'
+  // fused gate/up [2 * width, hidden] and down [hidden, width] matrices, and the block's norms.
+  quant::WeightMatrix router;
+  std::vector<float> router_scale, per_expert_scale;
+  StackedMatrices expert_gate_up, expert_down;
+  std::vector<float> post_ffn_norm_1, pre_ffn_norm_2, post_ffn_norm_2;
+  // Per-layer input (empty without): gate [width, hidden], projection [hidden, width], norm.
+  quant::WeightMatrix per_layer_gate, per_layer_projection;
+  std::vector<float> post_per_layer_norm;
 };
 
 struct ModelWeights {
@@ -30,6 +54,12 @@ struct ModelWeights {
   quant::WeightMatrix embed_tokens;  // [vocab, hidden]
   quant::WeightMatrix lm_head;       // the same matrix when embeddings are tied
   std::vector<float> final_norm;
+  // Per-layer inputs (empty without): the table [per-layer vocab, layers * width], kept as
+  // stored and mapped (rows are gathered per token); the projection of the token embedding
+  // [layers * width, hidden] and the norm of each layer's slice.
+  quant::WeightMatrix per_layer_table;
+  quant::WeightMatrix per_layer_model_projection;
+  std::vector<float> per_layer_projection_norm;
   std::string name_prefix;  // "model.language_model." or "model."
   // Copies of tensors whose mapped bytes were not aligned for their element type.
   std::vector<std::vector<std::byte>> owned;
@@ -41,8 +71,10 @@ using TensorLookup = std::function<const formats::TensorView*(const std::string&
 // `all_names`: every tensor name of the source (to detect tensors the spec does not
 // expect). `source` names the checkpoint in errors. Throws lumen::Error with one line
 // naming the file and tensor on any mismatch.
-// `requantize`: convert every projection matrix and the embedding to this format at load
-// (quant/convert.h); norms and scalars stay f32 whatever it is.
+// `requantize`: convert every projection matrix, the experts and the embedding to this format
+// at load (quant/convert.h); norms and scalars stay f32 whatever it is, and the router and
+// the per-layer input table keep their stored format (the table is billions of values that
+// stay mapped: `lumen convert` stores it quantized).
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
                           const std::vector<std::string>& all_names, const std::string& source,
                           std::optional<quant::WeightFormat> requantize = std::nullopt);

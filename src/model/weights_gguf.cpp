@@ -1,6 +1,7 @@
 // Binding of a GGUF file's tensors (llama.cpp's names) to the decoder's weights.
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "base/error.h"
 #include "formats/gguf.h"
@@ -10,15 +11,6 @@
 
 namespace lumen::model {
 namespace {
-
-std::string supported_matrix_types() {
-  std::string list;
-  for (int f = 0; f <= int(quant::WeightFormat::Q6_K); ++f) {
-    if (!list.empty()) list += ", ";
-    list += quant::ggml_blocks_type_name(quant::ggml_type_of(quant::WeightFormat(f)));
-  }
-  return list;
-}
 
 class GgufBinder {
  public:
@@ -41,7 +33,7 @@ class GgufBinder {
     const int format = quant::weight_format_from_ggml(int(t.type));
     if (format < 0)
       throw Error(file_.path() + ": tensor '" + name + "' has type " + formats::ggml_type_name(t.type) +
-                  "; Lumen reads weight matrices of type " + supported_matrix_types());
+                  "; Lumen reads weight matrices of type " + quant::ggml_matrix_type_list());
     quant::WeightMatrix m;
     m.format = quant::WeightFormat(format);
     m.rows = rows;
@@ -77,6 +69,29 @@ class GgufBinder {
   std::set<std::string> used_;
 };
 
+// Rows [r0, r0 + n) of a matrix whose rows are stored back to back.
+quant::WeightMatrix row_slice(const quant::WeightMatrix& m, int64_t r0, int64_t n) {
+  quant::WeightMatrix out = m;
+  out.rows = n;
+  out.data = static_cast<const std::byte*>(m.data) + size_t(r0) * m.row_bytes();
+  return out;
+}
+
+// Tensors of Gemma 4 features the graph does not run yet (llama.cpp's names), so that a file
+// whose metadata does not announce them is still refused by what they are.
+const char* unimplemented_feature(std::string_view name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  if (name.rfind("per_layer_", 0) == 0 || ends_with(".inp_gate.weight") || ends_with(".proj.weight") ||
+      ends_with(".post_norm.weight"))
+    return "per-layer input embeddings (Gemma 4 E2B/E4B)";
+  if (name.find("_exps.") != std::string_view::npos || name.find(".ffn_gate_inp.") != std::string_view::npos ||
+      ends_with(".pre_ffw_norm_2.weight") || ends_with(".post_ffw_norm_1.weight") || ends_with(".post_ffw_norm_2.weight"))
+    return "mixture-of-experts blocks (Gemma 4 26B-A4B)";
+  return nullptr;
+}
+
 }  // namespace
 
 ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufFile& file) {
@@ -90,9 +105,17 @@ ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufF
     const int64_t kv_dim = int64_t(ls.num_kv_heads) * ls.head_dim;
     LayerWeights lw;
     lw.input_norm = bind.vector(p + "attn_norm.weight", H);
-    lw.q_proj = bind.matrix(p + "attn_q.weight", q_dim, H);
-    lw.k_proj = bind.matrix(p + "attn_k.weight", kv_dim, H);
-    if (!ls.k_eq_v) lw.v_proj = bind.matrix(p + "attn_v.weight", kv_dim, H);
+    if (!ls.k_eq_v && file.find(p + "attn_qkv.weight")) {
+      // llama.cpp's fused projection (convert_hf_to_gguf.py --fuse-qkv): rows q, then k, then v.
+      const quant::WeightMatrix qkv = bind.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, H);
+      lw.q_proj = row_slice(qkv, 0, q_dim);
+      lw.k_proj = row_slice(qkv, q_dim, kv_dim);
+      lw.v_proj = row_slice(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      lw.q_proj = bind.matrix(p + "attn_q.weight", q_dim, H);
+      lw.k_proj = bind.matrix(p + "attn_k.weight", kv_dim, H);
+      if (!ls.k_eq_v) lw.v_proj = bind.matrix(p + "attn_v.weight", kv_dim, H);
+    }
     lw.o_proj = bind.matrix(p + "attn_output.weight", H, q_dim);
     if (ls.q_norm && ls.q_norm_weight) lw.q_norm = bind.vector(p + "attn_q_norm.weight", ls.head_dim);
     if (ls.k_norm && ls.k_norm_weight) lw.k_norm = bind.vector(p + "attn_k_norm.weight", ls.head_dim);
@@ -102,20 +125,30 @@ ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufF
     lw.gate_proj = bind.matrix(p + "ffn_gate.weight", ls.ffn_dim, H);
     lw.up_proj = bind.matrix(p + "ffn_up.weight", ls.ffn_dim, H);
     lw.down_proj = bind.matrix(p + "ffn_down.weight", H, ls.ffn_dim);
-    if (ls.has_layer_scalar)
-      throw Error(file.path() + ": a learned layer scalar is not part of GGUF's gemma3 layout");
-    lw.layer_scalar = ls.missing_layer_scalar;
+    lw.layer_scalar =
+        ls.has_layer_scalar ? bind.vector(p + "layer_output_scale.weight", 1)[0] : ls.missing_layer_scalar;
     w.layers.push_back(std::move(lw));
   }
   w.embed_tokens = bind.matrix("token_embd.weight", spec.vocab_size, H);
   w.final_norm = bind.vector("output_norm.weight", H);
   w.lm_head = spec.tie_embeddings ? w.embed_tokens : bind.matrix("output.weight", spec.vocab_size, H);
+  // Gemma 4's full layers take their RoPE factors from rope_freqs (the spec has read them).
+  for (const spec::LayerSpec& ls : spec.layers) {
+    if (spec.family == "gemma4" && ls.kind == spec::AttentionKind::Full) {
+      bind.get("rope_freqs.weight", {ls.head_dim / 2});
+      break;
+    }
+  }
 
   // A tensor the spec does not account for means the metadata and the tensors disagree
   // (e.g. more blocks than block_count): refuse rather than ignore.
-  for (const formats::GgufTensor& t : file.tensors())
-    if (!bind.used().count(t.name))
-      throw Error(file.path() + ": tensor '" + printable(t.name) + "' is not part of the model the metadata describes");
+  for (const formats::GgufTensor& t : file.tensors()) {
+    if (bind.used().count(t.name)) continue;
+    if (const char* feature = unimplemented_feature(t.name))
+      throw Error(file.path() + ": tensor '" + printable(t.name) + "' belongs to " + feature +
+                  ", which Lumen does not run yet");
+    throw Error(file.path() + ": tensor '" + printable(t.name) + "' is not part of the model the metadata describes");
+  }
   return w;
 }
 

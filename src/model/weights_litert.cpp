@@ -220,12 +220,19 @@ Rows decode_rows(const spec::PackageConstants& pc, const spec::PackageConstant& 
   }
 }
 
-LitertTensor pack(const Rows& rows, int64_t first, int64_t count, LitertTarget target, bool is_vector) {
+// `row_major`: keep ggml rows as they are (a table read a row at a time, never multiplied).
+LitertTensor pack(const Rows& rows, int64_t first, int64_t count, LitertTarget target, bool is_vector,
+                  bool row_major = false) {
   LitertTensor t;
   const size_t rb = rows.row_bytes();
   const std::byte* base = rows.bytes.data() + size_t(first) * rb;
   if (rows.kind == Rows::F32 || is_vector) {
     t.format = quant::WeightFormat::F32;
+    t.data.assign(base, base + size_t(count) * rb);
+    return t;
+  }
+  if (row_major) {
+    t.format = rows.kind == Rows::Q4_0 ? quant::WeightFormat::Q4_0 : quant::WeightFormat::Q8_0;
     t.data.assign(base, base + size_t(count) * rb);
     return t;
   }
@@ -292,7 +299,7 @@ std::vector<LitertTensor> decode_litert_entry(const spec::ModelSpec& spec, const
   std::vector<LitertTensor> out;
   int64_t first = 0;
   for (const auto& [role, count] : parts) {
-    LitertTensor t = pack(rows, first, count, target, is_vector);
+    LitertTensor t = pack(rows, first, count, target, is_vector, role == "embed_tokens_per_layer");
     first += count;
     t.layer = e.layer;
     t.role = role;

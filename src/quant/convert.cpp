@@ -40,6 +40,17 @@ void convert_rows(const WeightMatrix& src, WeightFormat target, int64_t r0, int6
           const uint16_t h = f32_to_bf16(row[size_t(c)]);
           std::memcpy(out + c * 2, &h, 2);
         }
+      } else if ((target == WeightFormat::Q4_0 || target == WeightFormat::Q8_0) && cols % 32 == 0) {
+        // Row-major ggml blocks (rows read one at a time, e.g. a per-layer input table).
+        const bool q4 = target == WeightFormat::Q4_0;
+        const size_t bb = q4 ? 18 : 34;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          auto* blk = reinterpret_cast<uint8_t*>(out) + size_t(b) * bb;
+          uint16_t d;
+          if (q4) quantize_block_q4_0(row.data() + b * 32, &d, blk + 2);
+          else quantize_block_q8_0(row.data() + b * 32, &d, reinterpret_cast<int8_t*>(blk + 2));
+          std::memcpy(blk, &d, 2);
+        }
       } else {
         throw Error(std::string("cannot convert weights to ") + format_name(target));
       }

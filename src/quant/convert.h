@@ -16,7 +16,8 @@ WeightFormat quant_target_from_name(const std::string& name, const std::string& 
 
 // Converts rows [r0, r1) of `src` into `target`, writing the bytes those rows occupy in the
 // target layout to dst. For the X4 targets r0 must be a multiple of 4 and r1 a multiple of 4
-// or src.rows (the padding rows of the last group are written as zeros). Source ggml Q4_0
+// or src.rows (the padding rows of the last group are written as zeros). Row-major Q4_0 /
+// Q8_0 targets need cols a multiple of 32. Source ggml Q4_0
 // (Q8_0) rows go to Q4_0X4 (Q8_0X4) unchanged; anything else is expanded to f32 and
 // quantized with ggml's reference block quantizer.
 void convert_rows(const WeightMatrix& src, WeightFormat target, int64_t r0, int64_t r1, std::byte* dst);

@@ -27,9 +27,13 @@ Layout layout_of(int type) {
     case ggml_type::Q5_0: return {"Q5_0", 32, sizeof(BlockQ5_0)};
     case ggml_type::Q5_1: return {"Q5_1", 32, sizeof(BlockQ5_1)};
     case ggml_type::Q8_0: return {"Q8_0", 32, sizeof(BlockQ8_0)};
+    case ggml_type::Q2_K: return {"Q2_K", kQK_K, sizeof(BlockQ2_K)};
+    case ggml_type::Q3_K: return {"Q3_K", kQK_K, sizeof(BlockQ3_K)};
     case ggml_type::Q4_K: return {"Q4_K", kQK_K, sizeof(BlockQ4_K)};
     case ggml_type::Q5_K: return {"Q5_K", kQK_K, sizeof(BlockQ5_K)};
     case ggml_type::Q6_K: return {"Q6_K", kQK_K, sizeof(BlockQ6_K)};
+    case ggml_type::IQ4_NL: return {"IQ4_NL", 32, sizeof(BlockIQ4_NL)};
+    case ggml_type::IQ4_XS: return {"IQ4_XS", kQK_K, sizeof(BlockIQ4_XS)};
     default: return {nullptr, 0, 0};
   }
 }
@@ -39,7 +43,7 @@ Layout require_layout(int type, const char* caller) {
   if (layout.name == nullptr)
     throw Error(std::string(caller) + ": ggml type " + std::to_string(type) +
                 " is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
-                "Q4_K, Q5_K, Q6_K)");
+                "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
   return layout;
 }
 
@@ -188,6 +192,64 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+void dequant_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = load_f16(b + 80);
+  const float dmin = load_f16(b + 82);
+  int is = 0;
+  for (int n = 0; n < kQK_K; n += 128, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * float(sc & 0x0F);
+        const float ml = dmin * float(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * float((q[16 * half + l] >> shift) & 3) - ml;
+      }
+    }
+  }
+}
+
+void dequant_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* q = b + 32;
+  int8_t scales[16];
+  ggml_q3_k_scales(b + 96, scales);
+  const float d_all = load_f16(b + 108);
+  int is = 0;
+  uint8_t m = 1;
+  for (int n = 0; n < kQK_K; n += 128, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2, m = uint8_t(m << 1)) {
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d_all * float(scales[is++]);
+        for (int l = 16 * half; l < 16 * half + 16; ++l)
+          *y++ = dl * float(int((q[l] >> shift) & 3) - ((hmask[l] & m) ? 0 : 4));
+      }
+    }
+  }
+}
+
+void dequant_iq4_nl(const uint8_t* b, float* y) {
+  const float d = load_f16(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * float(kIq4nlValues[qs[j] & 0x0F]);
+    y[j + 16] = d * float(kIq4nlValues[qs[j] >> 4]);
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* b, float* y) {
+  const float d = load_f16(b);
+  const uint8_t* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, qs += 16, y += 32) {
+    const float dl = d * float(ggml_iq4_xs_scale(b, ib) - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * float(kIq4nlValues[qs[j] & 0x0F]);
+      y[j + 16] = dl * float(kIq4nlValues[qs[j] >> 4]);
+    }
+  }
+}
+
 template <typename BlockFn>
 void for_each_block(const uint8_t* row, int64_t n, const Layout& layout, float* out,
                     BlockFn fn) {
@@ -205,6 +267,34 @@ void ggml_k_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   } else {
     *scale = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
     *min = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void ggml_q3_k_scales(const uint8_t* packed, int8_t out[16]) {
+  // 12 bytes hold 16 6-bit values: the low 4 bits of value j in byte j % 8 (low nibble for
+  // j < 8, high for j >= 8), the high 2 bits in bytes 8..11, two bits per value.
+  for (int j = 0; j < 16; ++j) {
+    const int low = (packed[j % 8] >> (j < 8 ? 0 : 4)) & 0x0F;
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = int8_t((low | (high << 4)) - 32);
+  }
+}
+
+int ggml_iq4_xs_scale(const uint8_t* block, int j) {
+  const int scales_h = block[2] | (block[3] << 8);
+  const int low = (block[4 + j / 2] >> (4 * (j % 2))) & 0x0F;
+  return low | (((scales_h >> (2 * j)) & 3) << 4);
+}
+
+GgmlScaleFields ggml_block_scale_fields(int ggml_type) {
+  switch (ggml_type) {
+    case ggml_type::Q4_0: case ggml_type::Q5_0: case ggml_type::Q8_0:
+    case ggml_type::IQ4_NL: case ggml_type::IQ4_XS: return {{0, -1}};
+    case ggml_type::Q4_1: case ggml_type::Q5_1: case ggml_type::Q4_K: case ggml_type::Q5_K: return {{0, 2}};
+    case ggml_type::Q2_K: return {{80, 82}};
+    case ggml_type::Q3_K: return {{108, -1}};
+    case ggml_type::Q6_K: return {{208, -1}};
+    default: return {{-1, -1}};
   }
 }
 
@@ -248,6 +338,10 @@ void dequantize_ggml_row(int ggml_type, const void* row, int64_t n, float* out) 
     case ggml_type::Q5_0: for_each_block(bytes, n, layout, out, dequant_q5_0); return;
     case ggml_type::Q5_1: for_each_block(bytes, n, layout, out, dequant_q5_1); return;
     case ggml_type::Q8_0: for_each_block(bytes, n, layout, out, dequant_q8_0); return;
+    case ggml_type::Q2_K: for_each_block(bytes, n, layout, out, dequant_q2_k); return;
+    case ggml_type::Q3_K: for_each_block(bytes, n, layout, out, dequant_q3_k); return;
+    case ggml_type::IQ4_NL: for_each_block(bytes, n, layout, out, dequant_iq4_nl); return;
+    case ggml_type::IQ4_XS: for_each_block(bytes, n, layout, out, dequant_iq4_xs); return;
     case ggml_type::Q4_K: for_each_block(bytes, n, layout, out, dequant_q4_k); return;
     case ggml_type::Q5_K: for_each_block(bytes, n, layout, out, dequant_q5_k); return;
     case ggml_type::Q6_K: for_each_block(bytes, n, layout, out, dequant_q6_k); return;

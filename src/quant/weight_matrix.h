@@ -20,19 +20,39 @@ enum class WeightFormat : uint8_t {
   Q4_1,
   Q5_0,
   Q5_1,
+  Q2_K,
+  Q3_K,
   Q4_K,
   Q5_K,
   Q6_K,
+  IQ4_NL,
+  IQ4_XS,
   // Lumen's interleaved layouts of Q4_0 / Q8_0 for the int8 kernels (quant/repack.h). Rows
   // are not stored back to back: use storage_bytes(), dequantize_row().
   Q4_0X4,
   Q8_0X4,
 };
 
-// The ggml type id of a format (quant/ggml_blocks.h numbering), and back; nullopt-like -1
-// when a ggml type has no WeightFormat.
+// One row per format: its name, ggml type id (-1 for Lumen's own layouts) and block
+// geometry. Every list of formats in the project derives from this table.
+struct WeightFormatInfo {
+  WeightFormat format;
+  const char* name;     // "Q4_K", "q4_0x4", "f32"
+  int ggml_type;        // quant/ggml_blocks.h numbering; -1 for the interleaved layouts
+  int64_t block_elems;  // elements per block (1 for f32/f16/bf16)
+  size_t block_bytes;   // bytes per block (for the X4 layouts: per 32-element block and row)
+};
+inline constexpr int kWeightFormatCount = int(WeightFormat::Q8_0X4) + 1;
+const WeightFormatInfo& format_info(WeightFormat format);
+
+// The ggml type id of a format (quant/ggml_blocks.h numbering), and back; -1 when a format
+// has no ggml type or a ggml type has no WeightFormat.
 int ggml_type_of(WeightFormat format);
 int weight_format_from_ggml(int ggml_type);
+// True for the ggml block formats (Q4_0 ... IQ4_XS): rows of whole blocks, no interleaving.
+bool is_ggml_block_format(WeightFormat format);
+// "Q4_0, Q4_1, ..." : the ggml types Lumen reads as weight matrices (for error messages).
+const char* ggml_matrix_type_list();
 
 // Bytes of a whole [rows, cols] matrix in `format`.
 size_t format_storage_bytes(WeightFormat format, int64_t rows, int64_t cols);

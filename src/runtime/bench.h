@@ -8,7 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gemma_model.h"
+#include "model/per_layer_inputs.h"
+
 namespace lumen::runtime {
+
+// The model's counters as JSON: per-layer input caches ("per_layer_inputs": tokens, hits,
+// misses, evictions, table bytes read, rows prefetched; null without per-layer inputs) and
+// the experts ("experts": bytes read, selections, rows; null without experts).
+nlohmann::json model_counters_json(const model::GemmaModel& model);
 
 struct MachineLimits {
   double read_bandwidth = 0;  // bytes/s, all threads
@@ -30,6 +38,7 @@ struct BenchOptions {
   int n_gen = 128;
   uint64_t seed = 1;
   std::string quant;  // convert at load (Engine LoadOptions)
+  model::PerLayerInputConfig per_layer_inputs;  // the table's caches (models with per-layer inputs)
 };
 
 struct BenchResult {
@@ -44,7 +53,13 @@ struct BenchResult {
   double prefill_cpu_share = 0, decode_cpu_share = 0;
   uint64_t peak_rss = 0;          // bytes
   uint64_t weight_bytes = 0;      // all matrices as stored
-  uint64_t decode_bytes_per_token = 0;  // matrix bytes one decode step reads
+  // Bytes one decode step reads: every dense matrix, the experts the router chose (measured
+  // over the decode), the per-layer input table rows read (misses), the output projection.
+  uint64_t decode_bytes_per_token = 0;
+  uint64_t decode_expert_bytes_per_token = 0;  // of which experts
+  uint64_t decode_table_bytes_per_token = 0;   // of which per-layer input table rows
+  // Decode counters (null when the model has none): per-layer input cache hit rates, experts.
+  nlohmann::json decode_counters;
   double prefill_int8_ops = 0;    // matmul ops of the prefill (2 per multiply-add)
   MachineLimits limits;
   double decode_roofline_tps = 0, decode_fraction = 0;

@@ -11,11 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "kernels/block_matmul.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "kernels/qmatmul.h"
 #include "kernels/qmatmul_decode.h"
 #include "kernels/thread_pool.h"
+#include "quant/ggml_blocks.h"
 #include "quant/repack.h"
 #include "quant/weight_matrix.h"
 
@@ -41,6 +43,22 @@ std::vector<std::byte> random_q4(int64_t rows, int64_t cols, uint64_t seed) {
   const uint16_t scale = quant::f32_to_f16(0.01f);
   for (size_t c = 0; c < bytes.size(); c += quant::kQ4x4ChunkBytes)
     for (int s = 0; s < 16; ++s) std::memcpy(&bytes[c + size_t(s) * 2], &scale, 2);
+  return bytes;
+}
+
+// Random ggml blocks of `format` with small f16 scales in every scale field.
+std::vector<std::byte> random_blocks(quant::WeightFormat format, int64_t rows, int64_t cols, uint64_t seed) {
+  const auto& info = quant::format_info(format);
+  std::vector<std::byte> bytes(quant::format_storage_bytes(format, rows, cols));
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(&bytes[i], &r, 8);
+  }
+  const uint16_t scale = quant::f32_to_f16(0.01f);
+  for (size_t b = 0; b < bytes.size(); b += info.block_bytes)
+    for (int16_t off : quant::ggml_block_scale_fields(info.ggml_type).offsets)
+      if (off >= 0) std::memcpy(&bytes[b + size_t(off)], &scale, 2);
   return bytes;
 }
 
@@ -188,6 +206,35 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
         kernels::qmatvec_q4(x.data(), ws, ys, isa);
       }
     }));
+  }
+  // The ggml block-format kernels (block_matmul.h) through the format table: decode from
+  // memory (GB/s of weights) and a 64-token prefill on an L2-sized matrix (GMAC/s).
+  for (quant::WeightFormat format :
+       {quant::WeightFormat::Q4_0, quant::WeightFormat::Q5_0, quant::WeightFormat::Q8_0, quant::WeightFormat::Q2_K,
+        quant::WeightFormat::Q3_K, quant::WeightFormat::Q4_K, quant::WeightFormat::Q5_K, quant::WeightFormat::Q6_K,
+        quant::WeightFormat::IQ4_XS}) {
+    std::vector<std::vector<std::byte>> data;
+    std::vector<quant::WeightMatrix> ws;
+    for (int i = 0; i < kCopies; ++i) data.push_back(random_blocks(format, NQ, H, 300 + i));
+    for (int i = 0; i < kCopies; ++i) ws.push_back({format, NQ, H, data[size_t(i)].data()});
+    const std::string fname = quant::format_name(format);
+    for (Isa isa : isas) {
+      const std::string tag = fmt::format("{} x{}", kernels::isa_name(isa), threads);
+      rows.push_back(time_it(fname + " matvec 4096x3840, block kernel (" + tag + ")", double(data[0].size()),
+                             min_seconds, [&] {
+                               kernels::block_matmul_isa(x.data(), 1, ws[size_t(turn++ % kCopies)], yq.data(), isa);
+                             }));
+    }
+    constexpr int64_t kPrefillT = 64, kPrefillRows = 256;
+    const quant::WeightMatrix hot_w{format, kPrefillRows, H, data[0].data()};
+    std::vector<float> xs(size_t(kPrefillT * H)), ys(size_t(kPrefillT * kPrefillRows));
+    for (auto& e : xs) e = nd(rng);
+    // "bytes" here are multiply-adds, so the GB/s columns read as GMAC/s.
+    rows.push_back(time_it(fname + " prefill 256x3840 x 64 tokens, GMAC (" + kernels::isa_name(kernels::active_isa()) +
+                               ")",
+                           double(kPrefillT * kPrefillRows * H), min_seconds, [&] {
+                             kernels::block_matmul_isa(xs.data(), kPrefillT, hot_w, ys.data(), kernels::active_isa());
+                           }));
   }
   // Vocabulary-sized vector ops of a decode step's end (Gemma 4: 262144 logits).
   std::vector<float> logits(262144);

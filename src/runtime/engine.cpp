@@ -67,6 +67,18 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   return engine;
 }
 
+std::string Engine::weights_changed_on_disk() const {
+  auto check = [](const formats::MappedFile& file) -> std::string {
+    const std::string change = file.change_on_disk();
+    return change.empty() ? change : "model file '" + printable(file.path()) + "' " + change + " since it was loaded";
+  };
+  if (gguf_) return check(gguf_->mapped_file());
+  if (packed_) return check(packed_->mapped_file());
+  for (const auto& file : checkpoint_.mapped_files())
+    if (std::string change = check(*file); !change.empty()) return change;
+  return {};
+}
+
 const tokenizer::Tokenizer* Engine::tokenizer() const {
   std::lock_guard lock(tokenizer_mutex_);
   if (!tokenizer_looked_up_ && gguf_) {
@@ -115,6 +127,7 @@ std::vector<float> Engine::logits_all(std::span<const int32_t> tokens, int chunk
     const size_t end = std::min(tokens.size(), start + size_t(chunk));
     rows.clear();
     for (size_t i = start; i < end; ++i) rows.push_back({0, int32_t(i), tokens[i], true});
+    model_->hint_next_tokens(tokens.subspan(end));
     model_->forward(rows, caches, step);
     std::copy(step.begin(), step.end(), all.begin() + int64_t(start) * V);
   }
@@ -132,8 +145,9 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, in
   const size_t chunk = size_t(std::max(1, run_config_.prefill_chunk));
   for (size_t start = 0; start < prompt.size(); start += chunk) {
     rows.clear();
-    for (size_t i = start; i < std::min(prompt.size(), start + chunk); ++i)
-      rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
+    const size_t end = std::min(prompt.size(), start + chunk);
+    for (size_t i = start; i < end; ++i) rows.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
+    model_->hint_next_tokens(prompt.subspan(end));
     model_->forward(rows, caches, logits);
   }
   std::vector<int32_t> out;
@@ -147,6 +161,11 @@ std::vector<int32_t> Engine::generate_greedy(std::span<const int32_t> prompt, in
     model_->forward(std::span(&row, 1), caches, logits);
   }
   return out;
+}
+
+void Engine::set_run_config(RunConfig config) {
+  if (auto* pli = model_->per_layer_inputs()) pli->configure(config.per_layer_inputs);
+  run_config_ = std::move(config);
 }
 
 int32_t argmax(const float* x, int64_t n) { return int32_t(kernels::argmax(x, n)); }

@@ -61,11 +61,17 @@ class Engine {
   void set_tokenizer(std::unique_ptr<tokenizer::Tokenizer> tokenizer);
   // Where the model was loaded from.
   const std::string& path() const { return path_; }
+  // "" while every mapped weight file is still the one loaded; else one line naming the file
+  // and what happened to it ("truncated from N to M bytes", "modified", ...). The weights
+  // point into those mappings: reading a page a truncation removed is a SIGBUS, so a server
+  // asks this before each step and stops using the model instead.
+  std::string weights_changed_on_disk() const;
 
   // Session settings (KV cache, prefill chunk, ...) of the runs this engine drives: its own
   // loops below, and the Sessions made from it. Default: RunConfig{}.
   const RunConfig& run_config() const { return run_config_; }
-  void set_run_config(RunConfig config) { run_config_ = std::move(config); }
+  // Also applies the per-layer input settings to the model (models that have them).
+  void set_run_config(RunConfig config);
 
   // Logits [tokens.size(), vocab] for every position of one sequence, prefilled in chunks
   // of `chunk` rows (each chunk is one batched forward step; 0: run_config().prefill_chunk).

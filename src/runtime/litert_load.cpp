@@ -56,6 +56,11 @@ LitertModel load_litert_package(const std::string& path, const LitertLoadOptions
   out.spec = options.spec ? *options.spec : litert_package_spec(path, options.config);
   // Before any weight is read: a manifest's `unsupported` block needs a receipt for this package.
   spec::require_supported_package(out.spec, options.allow_unverified, path, options.receipt);
+  for (const auto& l : out.spec.layers)
+    if (l.moe())
+      throw Error(path + ": the model has mixture-of-experts layers (" + out.spec.source +
+                  "): Lumen reads LiteRT-LM packages of dense and per-layer-input (E2B/E4B) models; run the "
+                  "experts from the HF checkpoint, a GGUF or a .lmp");
   const formats::LitertlmFile pkg = formats::LitertlmFile::open(path);
   check_model_type(pkg, out.spec);
   const spec::PackageConstants constants = spec::collect_package_constants(pkg);

@@ -29,9 +29,12 @@ const Rule kRules[] = {
     {"runtime.modelType", S::Checked, "must name a Gemma 4 text model (the graph Lumen has)"},
     {"runtime.architecture", S::Checked, "model spec shapes; must equal the weights' (a mismatch is an error naming both)"},
     {"runtime.architecture.maxSeqLen", S::Honoured, "spec: the context limit of a session"},
-    {"runtime.architecture.hiddenSizePerLayerInput", S::Honoured, "spec: no per-layer input embeddings (a positive size is refused)"},
-    {"runtime.architecture.numKvSharedLayers", S::Honoured, "spec: no KV sharing between layers (a positive count is refused)"},
-    {"runtime.architecture.vocabSizePerLayerInput", S::Ignored, "sizes the per-layer input tables, which are off (hiddenSizePerLayerInput 0)"},
+    {"runtime.architecture.hiddenSizePerLayerInput", S::Honoured, "spec: width of each layer's per-layer input (0 = none)"},
+    {"runtime.architecture.numKvSharedLayers", S::Honoured, "spec: the last N layers read the keys and values of the last earlier layer of their kind, and store none"},
+    {"runtime.architecture.vocabSizePerLayerInput", S::Honoured, "spec: rows of the per-layer input table"},
+    {"runtime.architecture.numExperts", S::Honoured, "spec: experts of every layer's MoE block (0 = dense)"},
+    {"runtime.architecture.numExpertsPerToken", S::Honoured, "spec: experts the router picks per token"},
+    {"runtime.architecture.moeIntermediateSize", S::Honoured, "spec: width of each expert"},
     {"runtime.rawConfig", S::Ignored, "HF config key the execution contract does not need (the contract declares it)"},
     // rawConfig keys the spec builder cross-checks against the contract.
     {"runtime.rawConfig.model_type", S::Checked, "must be a Gemma 4 type"},
@@ -56,8 +59,14 @@ const Rule kRules[] = {
     {"runtime.rawConfig.text_config.rope_scaling", S::Ignored, "overruled by manifestInference.rope.ropeScalingFactor (the contract wins; noted in the spec)"},
     {"runtime.rawConfig.text_config.attention_k_eq_v", S::Checked, "must equal runtime.architecture.attentionKeyEqualsValue"},
     {"runtime.rawConfig.text_config.attention_bias", S::Checked, "must equal manifestInference.attention.attentionBias"},
-    {"runtime.rawConfig.text_config.hidden_size_per_layer_input", S::Checked, "must be 0 (per-layer inputs are not implemented)"},
-    {"runtime.rawConfig.text_config.num_kv_shared_layers", S::Checked, "must be 0 (KV sharing is not implemented)"},
+    {"runtime.rawConfig.text_config.hidden_size_per_layer_input", S::Checked, "must equal runtime.architecture.hiddenSizePerLayerInput"},
+    {"runtime.rawConfig.text_config.vocab_size_per_layer_input", S::Checked, "must equal runtime.architecture.vocabSizePerLayerInput (with per-layer inputs)"},
+    {"runtime.rawConfig.text_config.num_kv_shared_layers", S::Checked, "must equal runtime.architecture.numKvSharedLayers"},
+    {"runtime.rawConfig.text_config.use_double_wide_mlp", S::Checked, "must equal manifestInference.ffn.useDoubleWideMlp"},
+    {"runtime.rawConfig.text_config.enable_moe_block", S::Checked, "must be true exactly when runtime.architecture.numExperts > 0"},
+    {"runtime.rawConfig.text_config.num_experts", S::Checked, "must equal runtime.architecture.numExperts"},
+    {"runtime.rawConfig.text_config.top_k_experts", S::Checked, "must equal runtime.architecture.numExpertsPerToken"},
+    {"runtime.rawConfig.text_config.moe_intermediate_size", S::Checked, "must equal runtime.architecture.moeIntermediateSize"},
     {"runtime.rawConfig.text_config.pad_token_id", S::Checked, "must equal the tokenizer block's padTokenId"},
     {"runtime.rawConfig.text_config.bos_token_id", S::Checked, "must equal the tokenizer block's bosTokenId"},
     {"runtime.rawConfig.text_config.unk_token_id", S::Checked, "must equal the tokenizer block's unkTokenId"},
@@ -76,6 +85,7 @@ const Rule kRules[] = {
     {"runtime.manifestInference.attention.queryKeyNormWeightLayers", S::Checked, "spec: layers whose q/k norms have learned gains (others: unit gain); must match the weights' layers"},
     {"runtime.manifestInference.normalization", S::Honoured, "spec: RMSNorm epsilon, weight offset and which norms run"},
     {"runtime.manifestInference.ffn", S::Honoured, "spec: gated tanh-GELU dense FFN"},
+    {"runtime.manifestInference.ffn.useDoubleWideMlp", S::Honoured, "spec: KV-shared layers' MLP is twice intermediateSize wide"},
     {"runtime.manifestInference.rope", S::Honoured, "spec: RoPE theta, partial rotation, frequency base dim and scaling per layer kind"},
     {"runtime.manifestInference.output", S::Honoured, "spec: final softcap, tied and scaled embeddings"},
     {"runtime.manifestInference.output.embeddingVocabSize", S::Checked, "must equal runtime.architecture.vocabSize"},
@@ -84,7 +94,7 @@ const Rule kRules[] = {
     {"runtime.manifestInference.chatTemplate", S::Honoured, "chat format of run -p and chat (gemma4 / gemma3)"},
     {"runtime.manifestInference.pipeline", S::Honoured, "the standard decoder pipeline (a custom pipeline is refused)"},
     {"runtime.manifestInference.execution", S::Honoured, "the standard decoder pipeline (an explicit graph is refused)"},
-    {"runtime.manifestInference.moe", S::Honoured, "dense model (mixture of experts is refused)"},
+    {"runtime.manifestInference.moe", S::Checked, "a GPU kernel profile for the experts: supportedActivationDtypes must list f32 (the CPU experts run the format x ISA kernel table)"},
     {"runtime.manifestInference.session.compute.defaults", S::Honoured, "Lumen computes activations, math, accumulation and outputs in f32 (other dtypes are refused)"},
     {"runtime.manifestInference.session.kvcache", S::Honoured, "KV cache (RunConfig.kv -> kv::make_cache)"},
     {"runtime.manifestInference.session.kvcache.kvDtype", S::Honoured, "KV cache: element type of cached keys and values"},
@@ -98,7 +108,19 @@ const Rule kRules[] = {
     {"runtime.manifestInference.session.decodeLoop.batchSize", S::Honoured, "sequences decoding together: the server's default --parallel"},
     {"runtime.manifestInference.session.decodeLoop.stopCheckMode", S::Ignored, "Lumen checks stop tokens after every token (the same output as batched checks, which discard past the stop)"},
     {"runtime.manifestInference.session.decodeLoop", S::Ignored, "GPU readback, ring buffers and command batching: nothing to read back on the CPU"},
-    {"runtime.manifestInference.session.perLayerInputs", S::Ignored, "GPU materialization of per-layer input embeddings: inert, this model has none (hiddenSizePerLayerInput 0)"},
+    {"runtime.manifestInference.session.perLayerInputs", S::Honoured, "per-layer input table (RunConfig.per_layer_inputs -> model::PerLayerInputs)"},
+    {"runtime.manifestInference.session.perLayerInputs.materialization", S::Honoured, "the table: mapped in place, rows decoded per token (auto, range_backed) or copied into memory (cpu_resident)"},
+    {"runtime.manifestInference.session.perLayerInputs.rowCache.mode", S::Honoured, "LRU cache of decoded table rows on (lru) or off"},
+    {"runtime.manifestInference.session.perLayerInputs.rowCache.maxRows", S::Honoured, "row cache: rows kept at most (LRU eviction)"},
+    {"runtime.manifestInference.session.perLayerInputs.rowCache.maxBytes", S::Honoured, "row cache: bytes kept at most (LRU eviction)"},
+    {"runtime.manifestInference.session.perLayerInputs.rowCache.decodedDtype", S::Honoured, "row cache: element type of kept rows (f32, or the table's own f16/bf16: a lossy type is refused at load)"},
+    {"runtime.manifestInference.session.perLayerInputs.prefetch.mode", S::Honoured, "a helper thread decodes upcoming tokens' rows (next_token) or none (off)"},
+    {"runtime.manifestInference.session.perLayerInputs.prefetch.rowsAhead", S::Honoured, "prefetch: tokens past the current step whose rows are fetched"},
+    {"runtime.manifestInference.session.perLayerInputs.gpuUpload", S::Checked, "GPU staging of table slices: checked (per_step_slices|per_batch_slices, stagingRows > 0); on the CPU rows are read in place, nothing is uploaded"},
+    {"runtime.manifestInference.session.perLayerInputs.hotCache.mode", S::Honoured, "LRU cache of prepared per-layer inputs (prepared_tokens: table row + embedding projection, per token id) or off"},
+    {"runtime.manifestInference.session.perLayerInputs.hotCache.maxTokens", S::Honoured, "prepared-input cache: tokens kept at most"},
+    {"runtime.manifestInference.session.perLayerInputs.hotCache.maxBytes", S::Honoured, "prepared-input cache: bytes kept at most"},
+    {"runtime.manifestInference.session.perLayerInputs.hotCache.outputDtype", S::Honoured, "prepared inputs are f32 (the activation dtype; other types are refused)"},
     {"runtime.manifestInference.session.prefillChunkSubmitMode", S::Ignored, "GPU command submission; Lumen's prefill chunks (RunConfig.prefill_chunk) run one after another"},
     {"runtime.manifestInference.session.useFlashPrefillAttention", S::Ignored, "Lumen's prefill always uses its tiled online-softmax attention (the same math up to summation order)"},
     {"runtime.manifestInference.session.useWideTileQ4KPrefill", S::Ignored, "a WebGPU Q4K kernel choice; no Q4K weights here"},
@@ -195,6 +217,38 @@ void refine(ManifestField& f, const json& root) {
     if (types && types->is_array()) {
       f.status = S::Ignored;
       f.note = "layerTypes is given: it decides each layer's kind";
+    }
+  }
+  if (p == "runtime.architecture.vocabSizePerLayerInput") {
+    const json* width = at(root, "runtime.architecture.hiddenSizePerLayerInput");
+    if (!width || !width->is_number_integer() || width->get<int64_t>() <= 0) {
+      f.status = S::Ignored;
+      f.note = "sizes the per-layer input table, which this model does not have (hiddenSizePerLayerInput 0)";
+    }
+  }
+  const std::string pli = std::string(kMi) + ".session.perLayerInputs";
+  if (matches(p, pli) && f.status != S::Refused) {
+    if (p == pli + ".materialization" && (f.value == "gpu_resident" || f.value == "gpu_split_tables")) {
+      f.status = S::Checked;
+      f.note = "a GPU placement (" + f.value.get<std::string>() +
+               "): Lumen runs on the CPU, where the table stays mapped in its stored format and rows are decoded per "
+               "token, as range_backed";
+    }
+    auto off = [&](const std::string& block, const char* why) {
+      if (matches(p, pli + "." + block) && p != pli + "." + block + ".mode") {
+        f.status = S::Ignored;
+        f.note = why;
+      }
+    };
+    if (string_at(root, pli + ".rowCache.mode") == "off") off("rowCache", "the row cache is off (rowCache.mode 'off')");
+    if (string_at(root, pli + ".prefetch.mode") == "off") off("prefetch", "prefetch is off (prefetch.mode 'off')");
+    if (string_at(root, pli + ".hotCache.mode") == "off") off("hotCache", "the prepared-input cache is off (hotCache.mode 'off')");
+    // A model without per-layer inputs has no table: the values are validated, nothing more.
+    const json* width = at(root, "runtime.architecture.hiddenSizePerLayerInput");
+    const bool none = !width || !width->is_number_integer() || width->get<int64_t>() <= 0;
+    if (none && f.status == S::Honoured) {
+      f.status = S::Checked;
+      f.note += " -- checked only: this model has no per-layer inputs (runtime.architecture.hiddenSizePerLayerInput 0)";
     }
   }
   if (p == std::string(kMi) + ".session.prefillChunkSubmitMode" && f.value == "sync") {

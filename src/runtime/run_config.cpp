@@ -1,6 +1,7 @@
 #include "runtime/run_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lumen::runtime {
@@ -88,6 +90,29 @@ const json* at_path(const json& root, std::initializer_list<const char*> keys) {
 
 std::string in_single_quotes(const std::string& s) { return "'" + printable(s) + "'"; }
 
+// "268435456", "256MiB", "64M", "1GB": bytes (K/M/G are 1024-based with or without "iB").
+int64_t parse_bytes_flag(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used == 0 || v < 1)
+    throw Error(flag + ": " + in_single_quotes(text) + " is not a positive size in bytes (e.g. 268435456, 256MiB)");
+  std::string unit = text.substr(used);
+  for (auto& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  int shift = 0;
+  if (unit.empty() || unit == "B") shift = 0;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") shift = 10;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") shift = 20;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") shift = 30;
+  else throw Error(flag + ": " + in_single_quotes(text) + " has an unknown unit (expected B, KiB, MiB or GiB)");
+  if (v > (INT64_MAX >> shift)) throw Error(flag + ": " + text + " is too large");
+  return int64_t(v) << shift;
+}
+
 int parse_int_flag(const std::string& flag, const std::string& text, int lo, int hi) {
   size_t used = 0;
   long long v = 0;
@@ -102,7 +127,74 @@ int parse_int_flag(const std::string& flag, const std::string& text, int lo, int
   return int(v);
 }
 
+// A positive integer that may exceed int (byte limits).
+int64_t positive_count(const Block& b, const std::string& key, int64_t fallback) {
+  const json* v = b.find(key);
+  if (!v) return fallback;
+  if (!v->is_number_integer() || v->get<int64_t>() < 1) b.fail(key, "expected a positive integer, got " + v->dump());
+  return v->get<int64_t>();
+}
+
 }  // namespace
+
+model::PerLayerInputConfig per_layer_inputs_from_json(const json& block, const std::string& source,
+                                                      const std::string& where) {
+  if (!block.is_object()) throw Error(source + ": " + where + ": expected an object, got " + block.dump());
+  const Block b{&block, source, where};
+  const std::string unknown = "Lumen does not know what it means";
+  b.allow_only({"materialization", "rowCache", "prefetch", "gpuUpload", "hotCache"}, unknown);
+  model::PerLayerInputConfig c;
+  if (auto m = b.str("materialization")) {
+    if (*m == "cpu_resident") c.resident = true;
+    else if (*m != "auto" && *m != "range_backed" && *m != "gpu_resident" && *m != "gpu_split_tables")
+      b.fail("materialization", "unknown mode " + in_single_quotes(*m) +
+                                    " (expected auto, range_backed, cpu_resident, gpu_resident or gpu_split_tables)");
+    // gpu_resident / gpu_split_tables place the table on a GPU: on the CPU it stays mapped in
+    // its stored format and rows are gathered per token, which is what range_backed means.
+  }
+  const Block rows = b.child("rowCache");
+  rows.allow_only({"mode", "maxRows", "maxBytes", "decodedDtype"}, unknown);
+  if (auto m = rows.str("mode")) {
+    if (*m != "off" && *m != "lru") rows.fail("mode", "unknown mode " + in_single_quotes(*m) + " (expected off or lru)");
+    c.row_cache = *m == "lru";
+  }
+  c.row_cache_rows = positive_count(rows, "maxRows", c.row_cache_rows);
+  c.row_cache_bytes = positive_count(rows, "maxBytes", c.row_cache_bytes);
+  if (auto d = rows.str("decodedDtype")) {
+    if (*d == "f32") c.decoded = model::RowDtype::F32;
+    else if (*d == "f16") c.decoded = model::RowDtype::F16;
+    else if (*d == "bf16") c.decoded = model::RowDtype::BF16;
+    else rows.fail("decodedDtype", "unknown dtype " + in_single_quotes(*d) + " (expected f32, f16 or bf16)");
+  }
+  const Block pre = b.child("prefetch");
+  pre.allow_only({"mode", "rowsAhead"}, unknown);
+  if (auto m = pre.str("mode")) {
+    if (*m != "off" && *m != "next_token")
+      pre.fail("mode", "unknown mode " + in_single_quotes(*m) + " (expected off or next_token)");
+    c.prefetch = *m == "next_token";
+  }
+  if (auto n = pre.integer("rowsAhead", 1, 1 << 20)) c.rows_ahead = *n;
+  const Block up = b.child("gpuUpload");
+  up.allow_only({"mode", "stagingRows"}, unknown);
+  if (auto m = up.str("mode"); m && *m != "per_step_slices" && *m != "per_batch_slices")
+    up.fail("mode", "unknown mode " + in_single_quotes(*m) + " (expected per_step_slices or per_batch_slices)");
+  up.integer("stagingRows", 1, 1 << 20);  // no GPU to stage rows for: checked only
+  const Block hot = b.child("hotCache");
+  hot.allow_only({"mode", "maxTokens", "maxBytes", "outputDtype"}, unknown);
+  if (auto m = hot.str("mode")) {
+    if (*m == "tokenizer_scores")
+      hot.fail("mode", "'tokenizer_scores' (a GPU table of the tokenizer's most likely tokens) is not supported: "
+                       "use prepared_tokens, which keeps the inputs of the tokens actually seen");
+    if (*m != "off" && *m != "prepared_tokens")
+      hot.fail("mode", "unknown mode " + in_single_quotes(*m) + " (expected off or prepared_tokens)");
+    c.hot_cache = *m == "prepared_tokens";
+  }
+  c.hot_tokens = positive_count(hot, "maxTokens", c.hot_tokens);
+  c.hot_bytes = positive_count(hot, "maxBytes", c.hot_bytes);
+  if (auto d = hot.str("outputDtype"); d && *d != "f32")
+    hot.fail("outputDtype", in_single_quotes(*d) + " is not supported: prepared inputs are f32, as every activation here");
+  return c;
+}
 
 std::string run_config_to_text(const RunConfig& c) {
   std::ostringstream o;
@@ -113,6 +205,7 @@ std::string run_config_to_text(const RunConfig& c) {
     for (size_t i = 0; i < c.stop_tokens.size(); ++i) o << (i ? "," : " ") << c.stop_tokens[i];
   }
   if (c.add_bos) o << "; BOS " << (*c.add_bos ? "added" : "not added");
+  o << "; per-layer inputs: " << model::per_layer_input_config_to_text(c.per_layer_inputs);
   return o.str();
 }
 
@@ -129,6 +222,14 @@ json run_config_to_json(const RunConfig& c) {
   j["decode_batch"] = c.decode_batch ? json(*c.decode_batch) : json();
   j["stop_tokens"] = c.stop_tokens;
   j["add_bos"] = c.add_bos ? json(*c.add_bos) : json();
+  const auto& p = c.per_layer_inputs;
+  j["per_layer_inputs"] = {{"table", p.resident ? "resident" : "mapped"},
+                           {"row_cache", p.row_cache ? json({{"rows", p.row_cache_rows}, {"bytes", p.row_cache_bytes},
+                                                             {"decoded_dtype", model::row_dtype_name(p.decoded)}})
+                                                     : json(nullptr)},
+                           {"prefetch_rows_ahead", p.prefetch ? json(p.rows_ahead) : json(nullptr)},
+                           {"hot_cache", p.hot_cache ? json({{"tokens", p.hot_tokens}, {"bytes", p.hot_bytes}})
+                                                     : json(nullptr)}};
   return j;
 }
 
@@ -163,8 +264,8 @@ RunConfig run_config_from_manifest(const json& manifest, const std::string& sour
   if (auto mode = loop.str("stopCheckMode"); mode && *mode != "batch" && *mode != "token" && *mode != "per_token")
     loop.fail("stopCheckMode", "unknown mode " + in_single_quotes(*mode) + " (expected batch or token)");
 
-  const Block pli = session.child("perLayerInputs");
-  (void)pli;  // GPU materialization of per-layer inputs: inert when hiddenSizePerLayerInput is 0 (the spec refuses > 0)
+  if (const json* pli = session.find("perLayerInputs"))
+    c.per_layer_inputs = per_layer_inputs_from_json(*pli, source, session.field("perLayerInputs"));
 
   if (auto mode = session.str("prefillChunkSubmitMode"); mode && *mode != "sync" && *mode != "async")
     session.fail("prefillChunkSubmitMode", "unknown mode " + in_single_quotes(*mode) + " (expected sync or async)");
@@ -247,6 +348,32 @@ void apply_run_flags(RunConfig& c, const RunFlags& f) {
   }
   if (f.hot_window) c.kv.hot_window = parse_int_flag("--hot-window", *f.hot_window, 0, 1 << 30);
   if (f.prefill_chunk) c.prefill_chunk = parse_int_flag("--prefill-chunk", *f.prefill_chunk, 1, 1 << 16);
+  auto& p = c.per_layer_inputs;
+  if (f.ple_table) {
+    if (*f.ple_table != "mapped" && *f.ple_table != "resident")
+      throw Error("--ple-table: expected mapped or resident, got " + in_single_quotes(*f.ple_table));
+    p.resident = *f.ple_table == "resident";
+  }
+  if (f.ple_row_cache) {
+    p.row_cache = *f.ple_row_cache != "off";
+    if (p.row_cache) p.row_cache_rows = parse_int_flag("--ple-row-cache", *f.ple_row_cache, 1, INT32_MAX);
+  }
+  if (f.ple_row_cache_bytes) p.row_cache_bytes = parse_bytes_flag("--ple-row-cache-bytes", *f.ple_row_cache_bytes);
+  if (f.ple_row_dtype) {
+    if (*f.ple_row_dtype == "f32") p.decoded = model::RowDtype::F32;
+    else if (*f.ple_row_dtype == "f16") p.decoded = model::RowDtype::F16;
+    else if (*f.ple_row_dtype == "bf16") p.decoded = model::RowDtype::BF16;
+    else throw Error("--ple-row-dtype: expected f32, f16 or bf16, got " + in_single_quotes(*f.ple_row_dtype));
+  }
+  if (f.ple_prefetch) {
+    p.prefetch = *f.ple_prefetch != "off";
+    if (p.prefetch) p.rows_ahead = parse_int_flag("--ple-prefetch", *f.ple_prefetch, 1, 1 << 20);
+  }
+  if (f.ple_hot_cache) {
+    p.hot_cache = *f.ple_hot_cache != "off";
+    if (p.hot_cache) p.hot_tokens = parse_int_flag("--ple-hot-cache", *f.ple_hot_cache, 1, INT32_MAX);
+  }
+  if (f.ple_hot_bytes) p.hot_bytes = parse_bytes_flag("--ple-hot-bytes", *f.ple_hot_bytes);
   // A manifest's tiered layout and an explicit contiguous layout cannot both hold.
   if (c.kv.tiering && c.kv.layout == kv::KvLayout::Contiguous)
     throw Error("--kv-layout: contiguous has no pages to tier (tiering is on: use paged, or --kv-cold off)");
@@ -290,7 +417,7 @@ json read_manifest_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open the manifest");
   try {
-    return json::parse(in);
+    return parse_json(in);
   } catch (const json::parse_error& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/kv_config.h"
+#include "model/per_layer_inputs.h"
 #include "spec/model_spec.h"
 
 namespace lumen::tokenizer {
@@ -32,6 +33,9 @@ struct RunConfig {
   // Whether a plain prompt starts with BOS (the manifest's addBosToken); nullopt: the
   // tokenizer's own rule.
   std::optional<bool> add_bos;
+  // Per-layer input table settings (the manifest's session.perLayerInputs; models without
+  // per-layer inputs ignore them).
+  model::PerLayerInputConfig per_layer_inputs;
 
   // What the manifest says the tokenizer is, checked against the tokenizer that is loaded
   // (check_tokenizer). Unset members are not checked.
@@ -61,8 +65,25 @@ struct RunFlags {
   std::optional<std::string> kv_cold;       // off f32 f16 bf16 int8 int4
   std::optional<std::string> hot_window;    // positions of full layers kept hot
   std::optional<std::string> prefill_chunk; // prompt rows per step
-  bool any() const { return kv_dtype || kv_layout || page_size || kv_cold || hot_window || prefill_chunk; }
+  // Per-layer input table (E2B/E4B).
+  std::optional<std::string> ple_table;            // mapped resident
+  std::optional<std::string> ple_row_cache;        // off, or the LRU's rows
+  std::optional<std::string> ple_row_cache_bytes;  // bytes (K/M/G suffixes)
+  std::optional<std::string> ple_row_dtype;        // f32 f16 bf16
+  std::optional<std::string> ple_prefetch;         // off, or rows ahead
+  std::optional<std::string> ple_hot_cache;        // off, or prepared tokens kept
+  std::optional<std::string> ple_hot_bytes;        // bytes
+  bool any() const {
+    return kv_dtype || kv_layout || page_size || kv_cold || hot_window || prefill_chunk || ple_table || ple_row_cache ||
+           ple_row_cache_bytes || ple_row_dtype || ple_prefetch || ple_hot_cache || ple_hot_bytes;
+  }
 };
+
+// A `session.perLayerInputs` object (`where`: its dotted path, for errors). Values meant for a
+// GPU (materialization gpu_resident / gpu_split_tables, gpuUpload) are checked, and the table
+// stays mapped on the CPU; unknown keys and values are refused.
+model::PerLayerInputConfig per_layer_inputs_from_json(const nlohmann::json& block, const std::string& source,
+                                                      const std::string& where);
 
 // Applies the flags over `config` (flags win). Throws lumen::Error("--FLAG: ...").
 void apply_run_flags(RunConfig& config, const RunFlags& flags);

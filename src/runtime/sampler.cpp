@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::runtime {
 
@@ -48,7 +49,7 @@ SamplingParams default_sampling(const std::string& model_path) {
   std::ifstream in(file);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json(in);
   } catch (const std::exception&) {
     throw Error(where + ": not valid JSON");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <future>
+#include <limits>
 
 #include "base/error.h"
 #include "kv/make_cache.h"
@@ -116,6 +117,8 @@ struct PromptLink {
 struct Scheduler::Pending {
   std::shared_ptr<Ticket> ticket;
   std::unique_ptr<Generation> generation;
+  int64_t positions = 0;      // prompt + max_tokens, capped by the model's context
+  int64_t kv_reserved = 0;    // KV bytes it holds under the budget once admitted
   PromptLink prompt_link;
 };
 
@@ -123,14 +126,20 @@ struct Scheduler::Active {
   std::shared_ptr<Ticket> ticket;
   std::unique_ptr<Generation> generation;
   std::unique_ptr<model::SequenceKv> cache;
+  int64_t kv_reserved = 0;
   PromptLink prompt_link;
   size_t prompt_done = 0;    // prompt rows already run
   int32_t next_pos = 0;      // position of the next row
   size_t logprobs_sent = 0;  // generation->logprobs() already pushed to the ticket
 
-  Active(Pending&& p, const spec::ModelSpec& spec, const kv::KvConfig& config)
-      : ticket(std::move(p.ticket)), generation(std::move(p.generation)), cache(kv::make_cache(spec, config)),
-        prompt_link(std::move(p.prompt_link)) {}
+  Active(Pending&& p, const spec::ModelSpec& spec, const kv::KvConfig& config, std::shared_ptr<kv::KvPool> pool)
+      : ticket(std::move(p.ticket)),
+        generation(std::move(p.generation)),
+        cache(kv::make_cache(spec, config, p.positions, std::move(pool))),
+        kv_reserved(p.kv_reserved),
+        prompt_link(std::move(p.prompt_link)) {
+    ticket->started_.store(true);
+  }
   // A follower waiting for the leader to run the shared prompt: it has no rows to run.
   bool waiting() const { return prompt_link.shared && !prompt_link.leader; }
   bool prefilling() const { return !waiting() && prompt_done < generation->request().prompt.size(); }
@@ -142,7 +151,45 @@ Scheduler::Scheduler(const model::GemmaModel& model, const tokenizer::Tokenizer&
   options_.max_active = std::max(1, options_.max_active);
   options_.max_queued = std::max(0, options_.max_queued);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
+  options_.kv_budget_bytes = std::max<int64_t>(0, options_.kv_budget_bytes);
+  stats_.kv_budget_bytes = options_.kv_budget_bytes;
+  // Paged caches take their pages from one pool capped at the budget: a safety net under the
+  // reservations, which keep every sequence within it.
+  if (options_.kv_config.layout == kv::KvLayout::Paged)
+    kv_pool_ = std::make_shared<kv::KvPool>(options_.kv_budget_bytes);
   worker_ = std::thread([this] { run(); });
+}
+
+int64_t Scheduler::kv_reservation(int64_t positions) const {
+  const int64_t bytes = kv::kv_footprint(model_.spec(), options_.kv_config).bytes_at(positions);
+  // A contiguous cache grows its arrays geometrically: up to twice what it holds.
+  return options_.kv_config.layout == kv::KvLayout::Contiguous ? 2 * bytes : bytes;
+}
+
+int64_t Scheduler::positions_within_budget() const {
+  if (options_.kv_budget_bytes <= 0) return std::numeric_limits<int64_t>::max();
+  // Reservations grow with positions (sliding layers stop growing at their window): bisect.
+  int64_t lo = 0, hi = 1;
+  while (hi < (int64_t(1) << 40) && kv_reservation(hi) <= options_.kv_budget_bytes) hi *= 2;
+  if (hi >= (int64_t(1) << 40)) return std::numeric_limits<int64_t>::max();
+  while (lo + 1 < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (kv_reservation(mid) <= options_.kv_budget_bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void Scheduler::cancel_all() {
+  {
+    std::lock_guard lock(mutex_);
+    cancel_all_ = true;
+  }
+  wake_.notify_all();
+}
+
+std::string Scheduler::unavailable() const {
+  std::lock_guard lock(mutex_);
+  return unavailable_;
 }
 
 Scheduler::~Scheduler() {
@@ -154,14 +201,18 @@ Scheduler::~Scheduler() {
   worker_.join();
 }
 
-std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request) {
+std::shared_ptr<Ticket> Scheduler::submit(GenerationRequest request, Refusal* refusal) {
   std::vector<GenerationRequest> one;
   one.push_back(std::move(request));
-  auto tickets = submit_choices(std::move(one));
+  auto tickets = submit_choices(std::move(one), refusal);
   return tickets.empty() ? nullptr : tickets[0];
 }
 
-std::vector<std::shared_ptr<Ticket>> Scheduler::submit_choices(std::vector<GenerationRequest> requests) {
+std::vector<std::shared_ptr<Ticket>> Scheduler::submit_choices(std::vector<GenerationRequest> requests,
+                                                               Refusal* refusal) {
+  Refusal ignored;
+  Refusal& why = refusal ? *refusal : ignored;
+  why = Refusal::None;
   std::vector<std::unique_ptr<Pending>> pending;
   std::vector<std::shared_ptr<Ticket>> tickets;
   std::shared_ptr<SharedPrompt> shared;
@@ -171,23 +222,42 @@ std::vector<std::shared_ptr<Ticket>> Scheduler::submit_choices(std::vector<Gener
   }
   for (const auto& request : requests)
     if (request.prompt != requests[0].prompt) throw Error("scheduler: the choices of one request must share its prompt");
+  const int32_t max_positions = model_.spec().max_positions;
   for (auto& request : requests) {
     const int prompt_tokens = int(request.prompt.size());
+    int64_t positions = int64_t(request.prompt.size()) + std::max(0, request.max_tokens);
+    if (max_positions > 0) positions = std::min<int64_t>(positions, max_positions);
     auto p = std::make_unique<Pending>();
     p->generation = std::make_unique<Generation>(std::move(request), tokenizer_, model_.spec().vocab_size);
     p->ticket = std::make_shared<Ticket>();
     p->ticket->prompt_tokens_ = prompt_tokens;
+    p->positions = positions;
+    p->kv_reserved = options_.kv_budget_bytes > 0 ? kv_reservation(positions) : 0;
+    if (options_.kv_budget_bytes > 0 && p->kv_reserved > options_.kv_budget_bytes) {
+      why = Refusal::TooLarge;
+      return {};
+    }
     if (shared) p->prompt_link = PromptLink(shared, pending.empty());
     tickets.push_back(p->ticket);
     pending.push_back(std::move(p));
   }
   {
     std::lock_guard lock(mutex_);
+    if (!unavailable_.empty()) {
+      why = Refusal::Unavailable;
+      return {};
+    }
     // Requests the worker has not picked up yet but will admit at once (free slots) do not
     // count against the waiting room.
     const int64_t free_slots = std::max<int64_t>(0, options_.max_active - stats_.active);
     if (int64_t(queue_.size() + pending.size()) > options_.max_queued + free_slots) {
-      ++stats_.rejected;
+      if (stats_.waiting_for_memory) {
+        ++stats_.rejected_memory;
+        why = Refusal::MemoryFull;
+      } else {
+        ++stats_.rejected;
+        why = Refusal::QueueFull;
+      }
       return {};
     }
     for (auto& p : pending) queue_.push_back(std::move(p));
@@ -209,20 +279,60 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::run() {
   std::vector<std::unique_ptr<Active>> active;
   for (;;) {
+    std::string problem;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
+      wake_.wait(lock, [&] { return stopping_ || cancel_all_ || !queue_.empty() || !active.empty(); });
       if (stopping_) break;
-      // Newcomers join between steps.
+      if (cancel_all_) {  // one shot: what is there now
+        for (auto& p : queue_) p->ticket->cancel();
+        for (auto& a : active) a->ticket->cancel();
+        cancel_all_ = false;
+      }
+    }
+    // Asked outside the lock: it may touch the file system.
+    if (options_.model_check) problem = options_.model_check();
+    {
+      std::unique_lock lock(mutex_);
+      if (!problem.empty() && unavailable_.empty()) unavailable_ = problem;
+      if (!unavailable_.empty()) {
+        // The weights may be gone from under their mapping: no step may read them again.
+        for (auto& a : active) a->ticket->finish(FinishReason::None, int(a->generation->generated().size()), unavailable_);
+        for (auto& p : queue_) p->ticket->finish(FinishReason::None, 0, unavailable_);
+        stats_.failed += int64_t(active.size() + queue_.size());
+        active.clear();
+        queue_.clear();
+        stats_.queued = stats_.active = stats_.kv_reserved_bytes = 0;
+        stats_.waiting_for_memory = false;
+        continue;
+      }
+      // Queued requests whose client went away (or whose time ran out) leave now, wherever
+      // they are in the queue.
+      std::erase_if(queue_, [&](const std::unique_ptr<Pending>& p) {
+        if (!p->ticket->cancel_requested()) return false;
+        p->ticket->finish(FinishReason::Cancelled, 0);
+        ++stats_.cancelled;
+        return true;
+      });
+      // Newcomers join between steps, oldest first, while a slot and the KV memory they
+      // reserve are free.
+      stats_.waiting_for_memory = false;
       while (int(active.size()) < options_.max_active && !queue_.empty()) {
-        auto p = std::move(queue_.front());
-        queue_.pop_front();
-        if (p->ticket->cancel_requested()) {
-          p->ticket->finish(FinishReason::Cancelled, 0);
+        Pending& next = *queue_.front();
+        if (next.ticket->cancel_requested()) {
+          next.ticket->finish(FinishReason::Cancelled, 0);
           ++stats_.cancelled;
+          queue_.pop_front();
           continue;
         }
-        active.push_back(std::make_unique<Active>(std::move(*p), model_.spec(), options_.kv_config));
+        if (options_.kv_budget_bytes > 0 && stats_.kv_reserved_bytes + next.kv_reserved > options_.kv_budget_bytes) {
+          stats_.waiting_for_memory = true;
+          break;
+        }
+        auto p = std::move(queue_.front());
+        queue_.pop_front();
+        stats_.kv_reserved_bytes += p->kv_reserved;
+        active.push_back(std::make_unique<Active>(std::move(*p), model_.spec(), options_.kv_config, kv_pool_));
       }
       stats_.queued = int64_t(queue_.size());
       stats_.active = int64_t(active.size());
@@ -248,11 +358,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   };
   std::vector<Ending> endings;
   // A client that went away frees its sequence now.
+  int64_t released = 0;  // KV reservations of the sequences that leave at this step
   std::erase_if(active, [&](const std::unique_ptr<Active>& a) {
     if (!a->ticket->cancel_requested()) return false;
     a->generation->cancel();
     endings.push_back({a->ticket, FinishReason::Cancelled, int(a->generation->generated().size()), {}});
     ++cancelled;
+    released += a->kv_reserved;
     return true;
   });
 
@@ -322,7 +434,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
 
   if (!failure.empty()) {
     // The step's state is unknown for every sequence in it: end them all with the error.
-    for (auto& a : active) endings.push_back({a->ticket, FinishReason::None, int(a->generation->generated().size()), failure});
+    for (auto& a : active) {
+      endings.push_back({a->ticket, FinishReason::None, int(a->generation->generated().size()), failure});
+      released += a->kv_reserved;
+    }
     failed = int64_t(active.size());
     active.clear();
   } else {
@@ -385,7 +500,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       sample(i, first);
     }
     for (size_t i = active.size(); i-- > 0;)
-      if (done[i]) active.erase(active.begin() + int64_t(i));
+      if (done[i]) {
+        released += active[i]->kv_reserved;
+        active.erase(active.begin() + int64_t(i));
+      }
   }
 
   {
@@ -402,6 +520,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
       ++stats_.steps;
     }
     stats_.active = int64_t(active.size());
+    stats_.kv_reserved_bytes -= released;
     stats_.step_seconds_max = std::max(stats_.step_seconds_max, seconds);
     step_began_.reset();
     last_step_end_ = t1;

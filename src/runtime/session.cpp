@@ -59,6 +59,7 @@ std::span<float> Session::prefill(std::span<const int32_t> prompt, const std::at
     const size_t end = std::min(prompt.size(), start + size_t(prefill_chunk_));
     rows_.clear();
     for (size_t i = start; i < end; ++i) rows_.push_back({0, int32_t(i), prompt[i], i + 1 == prompt.size()});
+    model_.hint_next_tokens(prompt.subspan(end));  // per-layer input rows fetched while this chunk runs
     model_.forward(rows_, caches, logits_);
     tokens_.insert(tokens_.end(), prompt.begin() + int64_t(start), prompt.begin() + int64_t(end));
   }

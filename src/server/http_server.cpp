@@ -1,12 +1,19 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <httplib.h>
 
@@ -57,6 +64,70 @@ const char* finish_name(runtime::FinishReason reason) {
   return "stop";
 }
 
+// "127.0.0.1" / "::1" and the port, formatted as httplib formats a Request's addresses.
+bool socket_address(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+            : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)) != 0)
+    return false;
+  char name[NI_MAXHOST];
+  char service[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, name, sizeof name, service, sizeof service,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  host = name;
+  port = std::atoi(service);
+  return true;
+}
+
+// The socket of the connection a request came on. httplib 0.11 gives a handler no socket,
+// but a TCP connection is named by its two ends, and httplib records both in the Request;
+// while the handler runs, the connection is open and its descriptor is one of ours. -1 when
+// it cannot be found (then a disconnect is noticed only when writing).
+int connection_socket(const httplib::Request& req) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    std::string host;
+    int port = -1;
+    if (!socket_address(int(fd), true, host, port) || port != req.remote_port || host != req.remote_addr) continue;
+    if (!socket_address(int(fd), false, host, port) || port != req.local_port || host != req.local_addr) continue;
+    found = int(fd);
+    break;
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// True once the client has closed (or reset) its side of the connection. Pipelined bytes of
+// a next request are not a close.
+bool peer_closed(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char byte;
+    return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  return false;
+}
+
+// httplib's server with its listening socket within reach. Shutting that socket down ends
+// accept() and so listen()'s loop, while connections keep being served; httplib's own stop()
+// would also end every stream at once (its chunked writer stops when the server stops).
+class HttpServer : public httplib::Server {
+ public:
+  void stop_accepting() {
+    const auto sock = svr_sock_.load();
+    if (sock != INVALID_SOCKET) ::shutdown(sock, SHUT_RDWR);
+  }
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -69,7 +140,9 @@ struct Server::Impl {
   std::vector<int32_t> text_stop_tokens;
   runtime::SamplingParams defaults;
   Metrics metrics;
-  httplib::Server http;
+  HttpServer http;
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};
   std::mutex rng_mutex;
   std::mt19937_64 rng{std::random_device{}()};
   // Constrained decoding: the vocabulary trie (built on first use) and recently compiled
@@ -160,6 +233,9 @@ struct Server::Impl {
       res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining) return reply_json(res, 503, {{"status", "shutting_down"}, {"model", options.model_name}});
+      if (const std::string problem = scheduler.unavailable(); !problem.empty())
+        return reply_json(res, 503, {{"status", "unavailable"}, {"model", options.model_name}, {"reason", problem}});
       reply_json(res, 200, {{"status", "ok"}, {"model", options.model_name}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -322,11 +398,60 @@ struct Server::Impl {
     return j;
   }
 
+  // Refused by the scheduler: why, as an HTTP answer.
+  [[noreturn]] void refuse(runtime::Scheduler::Refusal why, httplib::Response& res) {
+    using R = runtime::Scheduler::Refusal;
+    switch (why) {
+      case R::MemoryFull:
+        res.set_header("Retry-After", "1");
+        throw ApiError(503, "the server's KV memory budget (" + std::to_string(scheduler.options().kv_budget_bytes >> 20) +
+                                " MiB) is held by running requests and the queue is full; retry later",
+                       "", "kv_memory_exhausted", "server_error");
+      case R::TooLarge:
+        throw ApiError(400, "the prompt and max_tokens need more KV memory than this server's whole budget (" +
+                                std::to_string(scheduler.options().kv_budget_bytes >> 20) + " MiB)",
+                       "max_tokens", "context_length_exceeded");
+      case R::Unavailable:
+        throw ApiError(503, "the model is unavailable: " + printable(scheduler.unavailable()), "", "model_unavailable",
+                       "server_error");
+      default:
+        res.set_header("Retry-After", "1");
+        throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
+                                " requests are already waiting; retry later",
+                       "", "queue_full", "rate_limit_error");
+    }
+  }
+
+  // Counts a generation request in flight while it lives.
+  struct InFlight {
+    std::atomic<int>& count;
+    explicit InFlight(std::atomic<int>& c) : count(c) { ++count; }
+    ~InFlight() { --count; }
+  };
+
+  Clock::time_point deadline_from(Clock::time_point arrival) const {
+    if (options.request_timeout_seconds <= 0) return Clock::time_point::max();
+    return arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.request_timeout_seconds));
+  }
+
+  // A ticket that ended with an error: the model was taken away (503) or a step failed (500).
+  void reply_failure(httplib::Response& res, const runtime::Ticket& ticket) {
+    if (!scheduler.unavailable().empty())
+      return reply_json(res, 503, error_body("the model is unavailable: " + printable(ticket.error()), "server_error", "",
+                                             "model_unavailable"));
+    reply_json(res, 500, error_body("generation failed: " + printable(ticket.error()), "server_error", "",
+                                    "generation_failed"));
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    metrics.generation_received();
+    const Clock::time_point deadline = deadline_from(Clock::now());
     ApiRequest api;
     std::vector<std::shared_ptr<runtime::Ticket>> tickets;
     int prompt_tokens = 0;
     try {
+      if (draining)
+        throw ApiError(503, "the server is shutting down", "", "server_shutting_down", "server_error");
       api = chat ? parse_chat_request(req.body, defaults) : parse_completion_request(req.body, defaults);
       runtime::GenerationRequest g = prepare(api);
       prompt_tokens = int(g.prompt.size());
@@ -334,18 +459,15 @@ struct Server::Impl {
       // differ and each is reproducible.
       std::vector<runtime::GenerationRequest> choices(size_t(api.n), g);
       for (int i = 0; i < api.n; ++i) choices[size_t(i)].sampling.seed = g.sampling.seed + uint64_t(i);
+      runtime::Scheduler::Refusal refusal = runtime::Scheduler::Refusal::None;
       try {
-        tickets = scheduler.submit_choices(std::move(choices));
+        tickets = scheduler.submit_choices(std::move(choices), &refusal);
       } catch (const Error& e) {  // a sampling parameter the sampler refuses
         throw ApiError(400, printable(e.what()), "", "invalid_value");
       }
-      if (tickets.empty()) {
-        res.set_header("Retry-After", "1");
-        throw ApiError(429, "the server is busy: " + std::to_string(scheduler.options().max_queued) +
-                                " requests are already waiting; retry later",
-                       "", "queue_full", "rate_limit_error");
-      }
+      if (tickets.empty()) refuse(refusal, res);
     } catch (const ApiError& e) {
+      metrics.generation_finished(Metrics::Outcome::Refused);
       return reply_error(res, e);
     }
 
@@ -354,24 +476,72 @@ struct Server::Impl {
     const bool parse_tools = tools_on(api);
     if (api.stream)
       return stream(res, std::move(tickets), chat, api.include_usage, id, created, prompt_tokens, parse_tools,
-                    api.top_logprobs >= 0);
+                    api.top_logprobs >= 0, deadline);
+
+    InFlight counted(in_flight);
+    // Watched while waiting: a client that goes away cancels its sequences, streamed or not.
+    const int socket = connection_socket(req);
+    bool client_gone = false, timed_out = false;
+    auto cancel_all_choices = [&] {
+      for (auto& t : tickets) t->cancel();
+    };
+    std::vector<std::string> texts(tickets.size());
+    std::vector<std::vector<runtime::TokenLogprob>> lps(tickets.size());
+    for (size_t i = 0; i < tickets.size(); ++i) {
+      while (!tickets[i]->wait(kPollInterval, texts[i], lps[i])) {
+        if (tickets[i]->cancel_requested()) continue;
+        if (socket >= 0 && peer_closed(socket)) {
+          client_gone = true;
+          cancel_all_choices();
+        } else if (Clock::now() >= deadline) {
+          timed_out = true;
+          cancel_all_choices();
+        }
+      }
+    }
+    for (auto& ticket : tickets)
+      if (!ticket->error().empty()) {
+        cancel_all_choices();
+        metrics.generation_finished(Metrics::Outcome::Failed);
+        return reply_failure(res, *ticket);
+      }
+    const bool any_cancelled = std::any_of(tickets.begin(), tickets.end(), [](const auto& t) {
+      return t->finish_reason() == runtime::FinishReason::Cancelled;
+    });
+    if (any_cancelled) {
+      if (client_gone) {
+        // Nobody reads this; nginx's 499 names the case in the request log and metrics.
+        metrics.generation_finished(Metrics::Outcome::Cancelled);
+        return reply_json(res, 499, error_body("the client closed the connection", "invalid_request_error", "",
+                                               "client_closed_request"));
+      }
+      const bool all_started = std::all_of(tickets.begin(), tickets.end(), [](const auto& t) { return t->started(); });
+      if (timed_out && !all_started) {
+        metrics.generation_finished(Metrics::Outcome::Refused);
+        res.set_header("Retry-After", "1");
+        return reply_error(res, ApiError(503, "the request's time limit (" + std::to_string(options.request_timeout_seconds) +
+                                                  " s) ran out while it waited for a slot; retry later",
+                                         "", "timeout", "server_error"));
+      }
+      if (!timed_out) {  // cut by the shutdown
+        metrics.generation_finished(Metrics::Outcome::Cancelled);
+        return reply_error(res, ApiError(503, "the server shut down before the answer was complete", "",
+                                         "server_shutting_down", "server_error"));
+      }
+      metrics.count_time_limited();
+    }
 
     json choices = json::array();
     Usage usage{prompt_tokens, 0};
     for (size_t i = 0; i < tickets.size(); ++i) {
-      auto& ticket = tickets[i];
-      std::string text;
-      std::vector<runtime::TokenLogprob> lps;
-      while (!ticket->wait(std::chrono::milliseconds(500), text, lps)) {
-      }
-      if (!ticket->error().empty()) {
-        for (auto& t : tickets) t->cancel();
-        return reply_json(res, 500, error_body("generation failed: " + printable(ticket->error()), "server_error", "",
-                                               "generation_failed"));
-      }
+      const auto& ticket = tickets[i];
+      const std::string& text = texts[i];
       usage.completion_tokens += ticket->completion_tokens();
-      std::string reason = finish_name(ticket->finish_reason());
-      const json logprobs = api.top_logprobs >= 0 ? logprobs_json(chat, lps, 0) : json(nullptr);
+      // A time limit ends the answer where it stands: finish_reason "length", like max_tokens.
+      std::string reason = timed_out && ticket->finish_reason() == runtime::FinishReason::Cancelled
+                               ? "length"
+                               : finish_name(ticket->finish_reason());
+      const json logprobs = api.top_logprobs >= 0 ? logprobs_json(chat, lps[i], 0) : json(nullptr);
       if (!chat) {
         choices.push_back({{"index", i}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason}});
         continue;
@@ -398,6 +568,7 @@ struct Server::Impl {
       choices.push_back(chat_choice(int(i), message, logprobs, reason));
     }
     metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
+    metrics.generation_finished(Metrics::Outcome::Completed);
     json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                  {"model", options.model_name}, {"choices", choices}, {"usage", usage_json(usage)}};
     reply_json(res, 200, body);
@@ -413,11 +584,14 @@ struct Server::Impl {
 
   struct StreamState {
     std::vector<StreamChoice> choices;
-    bool chat = true, include_usage = false, started = false, over = false, logprobs = false;
+    bool chat = true, include_usage = false, started = false, over = false, logprobs = false, timed_out = false;
     std::string id;
     int64_t created = 0;
     int prompt_tokens = 0;
     Clock::time_point last_write = Clock::now();
+    Clock::time_point deadline = Clock::time_point::max();
+    Metrics::Outcome outcome = Metrics::Outcome::Cancelled;  // until the stream ends as it should
+    std::unique_ptr<InFlight> counted;
   };
 
   json stream_chunk(const StreamState& st, int index, const json& delta, const json& logprobs, const std::string& reason) {
@@ -430,7 +604,7 @@ struct Server::Impl {
 
   void stream(httplib::Response& res, std::vector<std::shared_ptr<runtime::Ticket>> tickets, bool chat,
               bool include_usage, const std::string& id, int64_t created, int prompt_tokens, bool parse_tools,
-              bool logprobs) {
+              bool logprobs, Clock::time_point deadline) {
     auto st = std::make_shared<StreamState>();
     for (auto& t : tickets) {
       StreamChoice c;
@@ -444,6 +618,8 @@ struct Server::Impl {
     st->id = id;
     st->created = created;
     st->prompt_tokens = prompt_tokens;
+    st->deadline = deadline;
+    st->counted = std::make_unique<InFlight>(in_flight);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -468,6 +644,10 @@ struct Server::Impl {
             std::string text;
             std::vector<runtime::TokenLogprob> lps;
             const bool done = c.ticket->wait(wait, text, lps);
+            if (!done && !c.ticket->cancel_requested() && Clock::now() >= st->deadline) {
+              st->timed_out = true;
+              for (auto& other : st->choices) other.ticket->cancel();
+            }
             const json lp = st->logprobs && !lps.empty() ? logprobs_json(st->chat, lps, c.text_offset) : json(nullptr);
             c.text_offset += text.size();
             std::vector<tokenizer::ToolCallParser::Event> events;
@@ -490,6 +670,7 @@ struct Server::Impl {
               } else {
                 continue;
               }
+              // A failed write: the client went away, and the releaser cancels.
               if (!send(sse_event(stream_chunk(*st, int(i), delta, lp_sent ? json(nullptr) : lp, "")))) return false;
               lp_sent = wrote = true;
             }
@@ -504,7 +685,9 @@ struct Server::Impl {
             }
             c.done = true;
             if (!c.ticket->error().empty()) continue;
-            std::string reason = finish_name(c.ticket->finish_reason());
+            const bool cancelled = c.ticket->finish_reason() == runtime::FinishReason::Cancelled;
+            if (cancelled && !st->timed_out) continue;  // the shutdown: said once, at the end
+            std::string reason = cancelled ? "length" : finish_name(c.ticket->finish_reason());
             if (c.calls > 0 && reason == "stop") reason = "tool_calls";
             if (!send(sse_event(stream_chunk(*st, int(i), st->chat ? json::object() : json(""), nullptr, reason))))
               return false;
@@ -516,14 +699,24 @@ struct Server::Impl {
           st->over = true;
           Usage usage{st->prompt_tokens, 0};
           std::string error;
+          bool shut_down = false;
           for (auto& c : st->choices) {
             usage.completion_tokens += c.ticket->completion_tokens();
             if (!c.ticket->error().empty()) error = c.ticket->error();
+            if (c.ticket->finish_reason() == runtime::FinishReason::Cancelled && !st->timed_out) shut_down = true;
           }
           if (!error.empty()) {
-            send(sse_event(error_body("generation failed: " + printable(error), "server_error", "", "generation_failed")));
+            st->outcome = Metrics::Outcome::Failed;
+            const bool unavailable = !scheduler.unavailable().empty();
+            send(sse_event(error_body((unavailable ? "the model is unavailable: " : "generation failed: ") + printable(error),
+                                      "server_error", "", unavailable ? "model_unavailable" : "generation_failed")));
+          } else if (shut_down) {
+            send(sse_event(error_body("the server shut down before the answer was complete", "server_error", "",
+                                      "server_shutting_down")));
           } else {
             metrics.add_usage(usage.prompt_tokens, usage.completion_tokens);
+            if (st->timed_out) metrics.count_time_limited();
+            st->outcome = Metrics::Outcome::Completed;
             if (st->include_usage &&
                 !send(sse_event(usage_chunk(st->id, st->created, options.model_name, st->chat, usage))))
               return false;
@@ -532,10 +725,12 @@ struct Server::Impl {
           sink.done();
           return true;
         },
-        [st](bool) {
+        [this, st](bool) {
           // Runs when the response ends for any reason; a stream cut short frees its sequences.
           if (!st->over)
             for (auto& c : st->choices) c.ticket->cancel();
+          metrics.generation_finished(st->outcome);
+          st->counted.reset();
         });
   }
 };
@@ -560,6 +755,30 @@ int Server::bind() {
 
 void Server::listen() { impl_->http.listen_after_bind(); }
 
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() {
+  impl_->draining = true;
+  impl_->http.stop_accepting();
+}
+
+bool Server::running() const { return impl_->http.is_running(); }
+
+int Server::in_flight() const { return impl_->in_flight.load(); }
+
+void Server::close_connections() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir)) continue;
+    std::string host;
+    int port = -1;
+    // Connected sockets on our port are the server's connections (the listener is closed).
+    if (socket_address(int(fd), false, host, port) && port == impl_->options.port &&
+        socket_address(int(fd), true, host, port))
+      ::shutdown(int(fd), SHUT_RDWR);
+  }
+  ::closedir(dir);
+}
 
 }  // namespace lumen::server

@@ -25,6 +25,8 @@ void Metrics::count_request(const std::string& path, int status) {
   ++requests_[{known_path(path) ? path : "other", status}];
 }
 
+void Metrics::generation_finished(Outcome outcome) { ++outcomes_[int(outcome)]; }
+
 void Metrics::add_usage(int prompt_tokens, int completion_tokens) {
   prompt_tokens_ += prompt_tokens;
   completion_tokens_ += completion_tokens;
@@ -81,6 +83,31 @@ std::string Metrics::render(const runtime::SchedulerStats& s, int max_active, in
   out << "lumen_prefill_tokens_per_second " << (s.prefill_seconds > 0 ? double(s.prefill_tokens) / s.prefill_seconds : 0.0) << '\n';
   metric(out, "lumen_decode_tokens_per_second", "gauge", "Generated tokens per second of decode time, since start.");
   out << "lumen_decode_tokens_per_second " << (s.decode_seconds > 0 ? double(s.decode_tokens) / s.decode_seconds : 0.0) << '\n';
+  metric(out, "lumen_generation_requests_total", "counter", "Generation requests received.");
+  out << "lumen_generation_requests_total " << generations_received_.load() << '\n';
+  metric(out, "lumen_generation_requests_finished_total", "counter",
+         "Generation requests ended, by outcome (received = the sum of these + in flight).");
+  static const char* const kOutcomes[] = {"completed", "cancelled", "refused", "failed"};
+  int64_t finished = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = outcomes_[i].load();
+    finished += n;
+    out << "lumen_generation_requests_finished_total{outcome=\"" << kOutcomes[i] << "\"} " << n << '\n';
+  }
+  metric(out, "lumen_generation_requests_in_flight", "gauge", "Generation requests received and not yet ended.");
+  out << "lumen_generation_requests_in_flight " << generations_received_.load() - finished << '\n';
+  metric(out, "lumen_generation_time_limited_total", "counter",
+         "Answers cut by the per-request time limit (finish_reason length).");
+  out << "lumen_generation_time_limited_total " << time_limited_.load() << '\n';
+  metric(out, "lumen_requests_rejected_memory_total", "counter",
+         "Requests refused with 503 because the queue was full of requests waiting for KV memory.");
+  out << "lumen_requests_rejected_memory_total " << s.rejected_memory << '\n';
+  metric(out, "lumen_kv_budget_bytes", "gauge", "KV memory budget of all sequences together (0: none).");
+  out << "lumen_kv_budget_bytes " << s.kv_budget_bytes << '\n';
+  metric(out, "lumen_kv_reserved_bytes", "gauge", "KV memory reserved by the running sequences.");
+  out << "lumen_kv_reserved_bytes " << s.kv_reserved_bytes << '\n';
+  metric(out, "lumen_waiting_for_kv_memory", "gauge", "1 while the oldest queued request waits for KV memory.");
+  out << "lumen_waiting_for_kv_memory " << (s.waiting_for_memory ? 1 : 0) << '\n';
   metric(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
   out << "process_resident_memory_bytes " << resident_bytes() << '\n';
   return out.str();

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace lumen::server {
 
@@ -53,7 +54,7 @@ const char* type_name(const json& v) {
 json parse_body(const std::string& body) {
   json root;
   try {
-    root = json::parse(body);
+    root = parse_json(body);
   } catch (const json::parse_error& e) {
     // nlohmann's message carries the byte position; keep only that much of it.
     throw ApiError(400, "request body is not valid JSON (" + printable(e.what()) + ")", "", "invalid_json");

@@ -187,22 +187,6 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
   if (t.has_value("quantization_config")) {
     t.fail_field("quantization_config", "is set: pre-quantized HF checkpoints are not supported");
   }
-  if (const int n = t.integer("hidden_size_per_layer_input", 256); n > 0) {
-    const char* why = t.has("hidden_size_per_layer_input") ? "" : " (the transformers default)";
-    t.fail_field("hidden_size_per_layer_input",
-                 "is " + std::to_string(n) + why +
-                     ": per-layer input embeddings (Gemma 4 E2B/E4B) are not implemented");
-  }
-  if (const int n = t.integer("num_kv_shared_layers", 0); n > 0) {
-    t.fail_field("num_kv_shared_layers",
-                 "is " + std::to_string(n) + ": KV-shared layers are not implemented");
-  }
-  if (t.boolean("enable_moe_block", false)) {
-    t.fail_field("enable_moe_block", "is true: mixture-of-experts blocks are not implemented");
-  }
-  if (t.boolean("use_double_wide_mlp", false)) {
-    t.fail_field("use_double_wide_mlp", "is true: the double-wide MLP is not implemented");
-  }
   if (auto v = t.find("use_bidirectional_attention"); v && !v->is_null()) {
     if (!v->is_string()) t.fail_type("use_bidirectional_attention", "null, 'all' or 'vision'");
     t.fail_field("use_bidirectional_attention",
@@ -213,10 +197,6 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
   }
   // Type checks of fields read by nothing else, so that a malformed file is still refused.
   t.optional_number("attention_dropout");
-  t.optional_integer("vocab_size_per_layer_input");
-  t.optional_integer("num_experts");
-  t.optional_integer("top_k_experts");
-  t.optional_integer("moe_intermediate_size");
 
   spec.vocab_size = t.integer("vocab_size", 262144);
   spec.hidden_size = t.integer("hidden_size", 2304);
@@ -239,6 +219,7 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
   positive("hidden_size", spec.hidden_size);
   positive("intermediate_size", ffn_dim);
   positive("num_hidden_layers", num_layers);
+  detail::check_layer_count(t.source(), t.field("num_hidden_layers"), num_layers);
   positive("num_attention_heads", num_heads);
   positive("num_key_value_heads", num_kv_heads);
   positive("head_dim", head_dim);
@@ -500,6 +481,47 @@ ModelSpec build_from_text_config(const ObjectReader& t, const std::string& model
     l.rope.freq_base_dim = l.head_dim;  // both rope types divide by the layer's own head dim
     l.rope.scaling_factor = r.factor;
     spec.layers.push_back(l);
+  }
+
+  // Per-layer input embeddings (E2B/E4B). transformers' default width is 256, so a config
+  // that omits the key has them.
+  spec.per_layer_input_dim = t.integer("hidden_size_per_layer_input", 256);
+  if (spec.per_layer_input_dim < 0) t.fail_field("hidden_size_per_layer_input", "must not be negative");
+  if (spec.has_per_layer_inputs()) {
+    spec.per_layer_vocab = t.integer("vocab_size_per_layer_input", 262144);
+    if (spec.per_layer_vocab <= 0) t.fail_field("vocab_size_per_layer_input", "must be positive");
+    if (spec.per_layer_vocab < spec.vocab_size)
+      notes.push_back("vocab_size_per_layer_input " + std::to_string(spec.per_layer_vocab) + " < vocab_size " +
+                      std::to_string(spec.vocab_size) + ": ids past it have no per-layer input row (refused as input)");
+  } else {
+    t.optional_integer("vocab_size_per_layer_input");  // sizes a table this model does not have: type-checked only
+  }
+
+  // KV sharing and the double-wide MLP of the shared layers (E2B).
+  const bool double_wide = t.boolean("use_double_wide_mlp", false);
+  const int num_shared = t.integer("num_kv_shared_layers", 0);
+  detail::assign_kv_sharing(spec, num_shared, double_wide, t.field("num_kv_shared_layers"));
+  if (double_wide && num_shared == 0)
+    notes.push_back("use_double_wide_mlp true has no effect: only KV-shared layers are double-wide (as transformers)");
+
+  // Mixture of experts (26B-A4B): every layer gets the block.
+  const auto num_experts = t.optional_integer("num_experts");
+  const auto top_k = t.optional_integer("top_k_experts");
+  const auto expert_dim = t.optional_integer("moe_intermediate_size");
+  if (t.boolean("enable_moe_block", false)) {
+    if (!num_experts) t.fail_field("num_experts", "is missing: enable_moe_block needs the number of experts");
+    if (!top_k) t.fail_field("top_k_experts", "is missing: enable_moe_block needs the experts per token");
+    if (!expert_dim) t.fail_field("moe_intermediate_size", "is missing: enable_moe_block needs the experts' width");
+    if (*num_experts <= 0) t.fail_field("num_experts", "must be positive, got " + std::to_string(*num_experts));
+    if (*top_k <= 0 || *top_k > *num_experts)
+      t.fail_field("top_k_experts", "must be in 1 .. num_experts (" + std::to_string(*num_experts) + "), got " +
+                                        std::to_string(*top_k));
+    if (*expert_dim <= 0) t.fail_field("moe_intermediate_size", "must be positive, got " + std::to_string(*expert_dim));
+    for (LayerSpec& l : spec.layers) {
+      l.num_experts = *num_experts;
+      l.top_k_experts = *top_k;
+      l.expert_ffn_dim = *expert_dim;
+    }
   }
 
   for (const std::string& key : shadowed) {

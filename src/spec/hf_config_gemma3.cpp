@@ -51,6 +51,7 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
   spec.rms_eps = float(r.number("rms_norm_eps").value_or(1e-6));
   spec.norm_weight_offset = true;  // HF Gemma 3 RMSNorm: x * (1 + w)
   const int n_layers = int(r.integer("num_hidden_layers"));
+  detail::check_layer_count(source, "`num_hidden_layers`", n_layers);
   const int heads = int(r.integer("num_attention_heads"));
   const int kv_heads = int(r.integer("num_key_value_heads"));
   const int head_dim = t.contains("head_dim") ? int(r.integer("head_dim")) : spec.hidden_size / heads;

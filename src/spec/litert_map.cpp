@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/sha256.h"
 #include "formats/tensor.h"
 
@@ -22,12 +23,15 @@ const std::set<std::string, std::less<>>& layer_roles() {
       "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
       "self_attn.q_norm", "self_attn.k_norm", "post_attention_layernorm", "pre_feedforward_layernorm",
       "post_feedforward_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "layer_scalar",
-      "self_attn.qkv_proj"};
+      "self_attn.qkv_proj",
+      // per-layer inputs (E2B/E4B)
+      "per_layer_input_gate", "per_layer_projection", "post_per_layer_input_norm"};
   return roles;
 }
 
 const std::set<std::string, std::less<>>& global_roles() {
-  static const std::set<std::string, std::less<>> roles = {"embed_tokens", "norm", "lm_head"};
+  static const std::set<std::string, std::less<>> roles = {"embed_tokens", "norm", "lm_head", "embed_tokens_per_layer",
+                                                            "per_layer_model_projection", "per_layer_projection_norm"};
   return roles;
 }
 
@@ -178,7 +182,8 @@ std::optional<NamedRole> role_from_name(std::string_view full) {
   // litert-torch: ".../<pkg>.DecoderBlock_3/<pkg>.CausalSelfAttention_atten_func/<pkg>.Linear_qkv_projection"
   static const std::regex litert_torch_re(R"(DecoderBlock_(\d+)/(.+)$)");
   static const std::regex litert_torch_final_re(R"(Decoder_module/(?:[a-z_0-9]+\.)*RMSNorm_final_norm$)");
-  static const std::regex global_re(R"(^(?:model\.)?(?:language_model\.)?(?:model\.)?(embed_tokens|norm|lm_head)(?:\.weight)?$)");
+  static const std::regex global_re(
+      R"(^(?:model\.)?(?:language_model\.)?(?:model\.)?(embed_tokens|norm|lm_head|embed_tokens_per_layer|per_layer_model_projection|per_layer_projection_norm)(?:\.weight)?$)");
   size_t start = 0;
   while (start <= full.size()) {
     size_t end = full.find(';', start);
@@ -265,7 +270,7 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
   const std::string text = ss.str();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json(text);
   } catch (const std::exception& e) {
     std::string what = e.what();
     throw Error(path + ": not valid JSON (" + what.substr(0, 160) + ")");

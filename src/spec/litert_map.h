@@ -4,8 +4,12 @@
 // per distinct buffer (prefill and decode subgraphs share buffers), numbered in order of first
 // appearance (section, subgraph, tensor). Each constant is mapped to (layer, role) — role is
 // the checkpoint's tensor name without "layers.N." and ".weight" ("self_attn.q_proj",
-// "mlp.down_proj", "input_layernorm", "layer_scalar"; layer -1 for "embed_tokens", "norm",
-// "lm_head") — in one of two declared ways, never by "the next tensor of this shape":
+// "mlp.down_proj", "input_layernorm", "layer_scalar", the per-layer input roles
+// "per_layer_input_gate", "per_layer_projection", "post_per_layer_input_norm"; layer -1 for
+// "embed_tokens", "norm", "lm_head" and the per-layer input table "embed_tokens_per_layer",
+// "per_layer_model_projection", "per_layer_projection_norm", wherever the package keeps them:
+// E2B/E4B packages hold the tables in their embedder and per-layer embedder sections) — in
+// one of two declared ways, never by "the next tensor of this shape":
 //
 //   * name rules: a constant one of whose names (or one of their ';'-joined parts) is a
 //     recognised tensor name: Hugging Face names ("model.layers.3.self_attn.q_proj.weight",

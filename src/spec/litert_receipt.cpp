@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/sha256.h"
 
 namespace lumen::spec {
@@ -20,7 +21,7 @@ std::optional<std::string> receipt_problem(const std::string& receipt_path, cons
   ss << in.rdbuf();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = parse_json(ss.str());
   } catch (const std::exception&) {
     return "receipt " + receipt_path + " is not valid JSON";
   }

@@ -136,7 +136,18 @@ ModelSpec ManifestReader::build() {
   // Read elsewhere (kv cache, decode loop, kernels): session, sessionDefaults, kernel paths.
   require_null(mi, "pipeline", "custom layer pipelines are not supported");
   require_null(mi, "execution", "explicit execution graphs are not supported");
-  require_null(mi, "moe", "mixture-of-experts models are not supported");
+  // Doppler's `moe` block is a GPU kernel profile; the experts' shapes are in architecture.
+  if (auto moe = mi.optional_object("moe")) {
+    moe->allow_only({"kernelProfileId", "supportedActivationDtypes", "preferredActivationDtype", "shapeConstraints"});
+    if (auto dtypes = moe->optional_string_list("supportedActivationDtypes");
+        dtypes && std::find(dtypes->begin(), dtypes->end(), "f32") == dtypes->end()) {
+      moe->fail_field("supportedActivationDtypes", "does not list f32: Lumen runs the experts on f32 activations");
+    }
+    if (auto pref = moe->optional_string("preferredActivationDtype"); pref && *pref != "f32") {
+      notes.push_back(bq(moe->field("preferredActivationDtype")) + " '" + *pref +
+                      "' ignored: activations are f32 on the CPU");
+    }
+  }
 
   // Model type.
   const std::string runtime_type = runtime.string("modelType", "");
@@ -169,29 +180,9 @@ ModelSpec ManifestReader::build() {
   arch.allow_only({"vocabSize", "hiddenSize", "intermediateSize", "numLayers", "numAttentionHeads",
                    "numKeyValueHeads", "numGlobalKeyValueHeads", "headDim", "globalHeadDim",
                    "hiddenSizePerLayerInput", "vocabSizePerLayerInput", "numKvSharedLayers",
-                   "attentionKeyEqualsValue", "maxSeqLen", "ropeTheta", "rmsNormEps"});
-  if (const int n = arch.integer("hiddenSizePerLayerInput", 0); n > 0) {
-    arch.fail_field("hiddenSizePerLayerInput",
-                    "is " + std::to_string(n) +
-                        ": per-layer input embeddings (Gemma 4 E2B/E4B) are not implemented");
-  }
-  if (raw_ && raw_->integer("hidden_size_per_layer_input", 0) > 0) {
-    raw_->fail_field("hidden_size_per_layer_input",
-                     "is positive: per-layer input embeddings are not implemented");
-  }
-  if (const int n = arch.integer("numKvSharedLayers", 0); n > 0) {
-    arch.fail_field("numKvSharedLayers",
-                    "is " + std::to_string(n) + ": KV-shared layers are not implemented");
-  }
-  if (raw_ && raw_->integer("num_kv_shared_layers", 0) > 0) {
-    raw_->fail_field("num_kv_shared_layers", "is positive: KV-shared layers are not implemented");
-  }
-  if (raw_) {
-    require_false(*raw_, "enable_moe_block", "mixture-of-experts blocks are not implemented");
-    require_false(*raw_, "use_double_wide_mlp", "the double-wide MLP is not implemented");
-    require_null(*raw_, "use_bidirectional_attention", "only causal attention is implemented");
-  }
-  arch.optional_integer("vocabSizePerLayerInput");
+                   "attentionKeyEqualsValue", "maxSeqLen", "ropeTheta", "rmsNormEps", "numExperts",
+                   "numExpertsPerToken", "moeIntermediateSize"});
+  if (raw_) require_null(*raw_, "use_bidirectional_attention", "only causal attention is implemented");
 
   spec.vocab_size = arch.required_integer("vocabSize");
   spec.hidden_size = arch.required_integer("hiddenSize");
@@ -215,6 +206,7 @@ ModelSpec ManifestReader::build() {
   check_int(arch.field("hiddenSize"), spec.hidden_size, "hidden_size");
   check_int(arch.field("intermediateSize"), ffn_dim, "intermediate_size");
   check_int(arch.field("numLayers"), num_layers, "num_hidden_layers");
+  detail::check_layer_count(source_, arch.field("numLayers"), num_layers);
   check_int(arch.field("numAttentionHeads"), num_heads, "num_attention_heads");
   check_int(arch.field("numKeyValueHeads"), num_kv_heads, "num_key_value_heads");
   if (num_global_kv) {
@@ -231,6 +223,38 @@ ModelSpec ManifestReader::build() {
   } else {
     arch.fail_field("maxSeqLen", "is missing");
   }
+
+  // Per-layer input embeddings (E2B/E4B).
+  spec.per_layer_input_dim = arch.integer("hiddenSizePerLayerInput", 0);
+  if (spec.per_layer_input_dim < 0) arch.fail_field("hiddenSizePerLayerInput", "must not be negative");
+  if (raw_) {
+    // transformers' default is 256: a rawConfig without the key has them.
+    if (auto v = raw_->optional_integer("hidden_size_per_layer_input"); v && *v != spec.per_layer_input_dim)
+      contradiction(source_, arch.field("hiddenSizePerLayerInput"), std::to_string(spec.per_layer_input_dim),
+                    raw_->field("hidden_size_per_layer_input"), std::to_string(*v));
+  }
+  if (spec.has_per_layer_inputs()) {
+    spec.per_layer_vocab = arch.optional_integer("vocabSizePerLayerInput").value_or(spec.vocab_size);
+    if (spec.per_layer_vocab <= 0) arch.fail_field("vocabSizePerLayerInput", "must be positive");
+    check_int(arch.field("vocabSizePerLayerInput"), spec.per_layer_vocab, "vocab_size_per_layer_input");
+  } else {
+    arch.optional_integer("vocabSizePerLayerInput");  // sizes a table this model does not have
+  }
+
+  // Experts (26B-A4B): every layer has the block.
+  const int num_experts = arch.integer("numExperts", 0);
+  const int top_k = arch.integer("numExpertsPerToken", 0);
+  const int expert_dim = arch.integer("moeIntermediateSize", 0);
+  if (num_experts < 0) arch.fail_field("numExperts", "must not be negative");
+  if (num_experts > 0) {
+    if (top_k < 1 || top_k > num_experts)
+      arch.fail_field("numExpertsPerToken", "must be in 1 .. numExperts (" + std::to_string(num_experts) + ")");
+    if (expert_dim < 1) arch.fail_field("moeIntermediateSize", "must be positive with numExperts");
+    check_int(arch.field("numExperts"), num_experts, "num_experts");
+    check_int(arch.field("numExpertsPerToken"), top_k, "top_k_experts");
+    check_int(arch.field("moeIntermediateSize"), expert_dim, "moe_intermediate_size");
+  }
+  if (raw_) check_bool(arch.field("numExperts") + " > 0", num_experts > 0, "enable_moe_block");
 
   // Layer pattern.
   const ObjectReader pattern = mi.required_object("layerPattern");
@@ -366,7 +390,8 @@ ModelSpec ManifestReader::build() {
   if (auto mode = ffn.optional_string("branchMode"); mode && *mode != "auto" && *mode != "dense") {
     ffn.fail_field("branchMode", detail::squote(*mode) + " is not supported (dense FFN only)");
   }
-  require_false(ffn, "useDoubleWideMlp", "the double-wide MLP is not implemented");
+  const bool double_wide = ffn.boolean("useDoubleWideMlp", false);
+  check_bool(ffn.field("useDoubleWideMlp"), double_wide, "use_double_wide_mlp");
   require_null(ffn, "swigluLimit", "SwiGLU clamping does not apply to a GELU FFN");
 
   // RoPE.
@@ -634,8 +659,16 @@ ModelSpec ManifestReader::build() {
     l.rope.freq_base_dim = full ? full_base : local_base;
     l.rope.scaling_factor = full ? full_scaling : local_scaling;
     l.rope.type = detail::rope_type_for(l.rope.partial_factor, l.rope.freq_base_dim, l.head_dim);
+    l.num_experts = num_experts;
+    l.top_k_experts = num_experts > 0 ? top_k : 0;
+    l.expert_ffn_dim = num_experts > 0 ? expert_dim : 0;
     spec.layers.push_back(l);
   }
+  const int num_shared = arch.integer("numKvSharedLayers", 0);
+  check_int(arch.field("numKvSharedLayers"), num_shared, "num_kv_shared_layers");
+  detail::assign_kv_sharing(spec, num_shared, double_wide, arch.field("numKvSharedLayers"));
+  if (double_wide && num_shared == 0)
+    notes.push_back(bq(ffn.field("useDoubleWideMlp")) + " true has no effect: only KV-shared layers are double-wide");
 
   detail::validate_spec(spec);
   return spec;

@@ -29,6 +29,9 @@ struct RopeSpec {
   int freq_base_dim = 0;
   // Linear position scaling: inv_freq /= scaling_factor. 1 = none.
   double scaling_factor = 1.0;
+  // Per rotated pair i, a further divisor of inv_freq[i] (llama.cpp's `rope_freqs` tensor);
+  // empty = 1 for every pair.
+  std::vector<float> freq_factors;
 
   int rotated_pairs(int head_dim) const { return int(partial_factor * head_dim / 2.0); }
 };
@@ -47,8 +50,22 @@ struct LayerSpec {
   bool v_norm = true;         // weightless RMSNorm over each v head
   bool has_layer_scalar = true;       // a learned `layer_scalar` tensor
   float missing_layer_scalar = 1.0f;  // value used when has_layer_scalar is false
-  int ffn_dim = 0;
+  int ffn_dim = 0;  // the dense MLP's width (twice intermediate_size on double-wide layers)
   RopeSpec rope;
+  // KV sharing (Gemma 4 E2B/E4B): a layer with kv_source >= 0 has no k/v projections and
+  // stores nothing; it attends over the keys and values of layer kv_source (the last
+  // non-shared layer of its attention kind). -1: the layer computes and stores its own.
+  int kv_source = -1;
+  // Mixture of experts (Gemma 4 26B-A4B): besides the dense MLP, a router picks
+  // top_k_experts of num_experts gated-GELU experts of width expert_ffn_dim. 0: no MoE block.
+  int num_experts = 0;
+  int top_k_experts = 0;
+  int expert_ffn_dim = 0;
+
+  bool stores_kv() const { return kv_source < 0; }
+  // The layer whose cache holds this layer's keys and values.
+  int kv_layer(int self) const { return kv_source < 0 ? self : kv_source; }
+  bool moe() const { return num_experts > 0; }
 };
 
 struct SpecialTokens {
@@ -89,6 +106,12 @@ struct ModelSpec {
   bool post_attention_norm = true;
   bool pre_ffn_norm = true;
   bool post_ffn_norm = true;
+  // Per-layer input embeddings (Gemma 4 E2B/E4B): every layer adds a gated projection of a
+  // per_layer_input_dim-wide slice of a per-token input, built from a table of
+  // per_layer_vocab rows of num_layers * per_layer_input_dim values and a projection of the
+  // token embedding. 0: none.
+  int per_layer_input_dim = 0;
+  int per_layer_vocab = 0;
 
   SpecialTokens tokens;
   std::string chat_template;  // "gemma4" | "gemma3" | ""
@@ -99,6 +122,9 @@ struct ModelSpec {
   std::vector<std::string> notes;
 
   int num_layers() const { return int(layers.size()); }
+  bool has_per_layer_inputs() const { return per_layer_input_dim > 0; }
+  // Index of the first KV-shared layer (num_layers() when none).
+  int first_kv_shared_layer() const;
 };
 
 // Builds the spec from a parsed HF config.json (`model_type` gemma4, gemma4_text,
@@ -127,7 +153,7 @@ std::string spec_to_text(const ModelSpec& spec);
 
 // Tensor names and shapes the spec requires in a checkpoint, without the name prefix
 // ("layers.0.self_attn.q_proj.weight", "embed_tokens.weight", ...). Shapes are
-// PyTorch's [out, in] for projections.
+// PyTorch's [out, in] for projections; the stacked experts are [experts, out, in].
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;

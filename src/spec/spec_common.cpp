@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "formats/gguf.h"
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
@@ -39,6 +40,12 @@ std::string squote(std::string_view text) {
 
 void fail(const std::string& source, const std::string& message) {
   throw Error(one_line(source + ": " + message));
+}
+
+void check_layer_count(const std::string& source, const std::string& field, int64_t n) {
+  if (n < 1 || n > kMaxLayers)
+    fail(source, field + " is " + std::to_string(n) + "; Lumen builds models of 1 to " + std::to_string(kMaxLayers) +
+                     " layers");
 }
 
 std::string show(const json& value) {
@@ -318,7 +325,26 @@ void validate_spec(ModelSpec& spec) {
     need(l.rope.rotated_pairs(l.head_dim) >= 1, at + "rope rotates no dimension");
     need(l.rope.scaling_factor > 0.0 && std::isfinite(l.rope.scaling_factor),
          at + "rope scaling factor must be positive");
+    need(l.rope.freq_factors.size() <= size_t(l.rope.rotated_pairs(l.head_dim)),
+         at + "more rope frequency factors than rotated pairs");
+    for (float f : l.rope.freq_factors) need(f > 0.0f && std::isfinite(f), at + "rope frequency factors must be positive");
+    if (!l.stores_kv()) {
+      need(l.kv_source < int(i), at + "shares the KV of layer " + std::to_string(l.kv_source) + ", which is not earlier");
+      const LayerSpec& s = spec.layers[size_t(l.kv_source)];
+      need(s.stores_kv() && s.kind == l.kind && s.head_dim == l.head_dim && s.num_kv_heads == l.num_kv_heads &&
+               s.window == l.window,
+           at + "shares the KV of layer " + std::to_string(l.kv_source) +
+               ", which is not a KV-storing layer of the same kind and shape");
+    }
+    if (l.moe()) {
+      need(l.top_k_experts >= 1 && l.top_k_experts <= l.num_experts,
+           at + "top-k experts " + std::to_string(l.top_k_experts) + " must be in 1 .. " +
+               std::to_string(l.num_experts) + " (the experts)");
+      need(l.expert_ffn_dim > 0, at + "expert width must be positive");
+    }
   }
+  if (spec.has_per_layer_inputs()) need(spec.per_layer_vocab > 0, "per-layer input vocabulary must be positive");
+  need(spec.layers.front().stores_kv(), "layer 0 cannot share another layer's KV");
   // Out-of-vocabulary ids are what transformers only warns about (tiny test models keep
   // the real [1, 106] eos list): a note, and such stop ids are dropped as unreachable.
   auto in_vocab = [&](int id) { return id >= 0 && id < spec.vocab_size; };
@@ -406,7 +432,7 @@ ModelSpec load_spec(const std::string& path) {
 
   json document;
   try {
-    document = json::parse(text.str());
+    document = parse_json(text.str());
   } catch (const json::parse_error& e) {
     detail::fail(name, std::string("not valid JSON: ") + e.what());
   }
@@ -445,6 +471,8 @@ nlohmann::json spec_to_json(const ModelSpec& spec) {
   out["post_attention_norm"] = spec.post_attention_norm;
   out["pre_ffn_norm"] = spec.pre_ffn_norm;
   out["post_ffn_norm"] = spec.post_ffn_norm;
+  out["per_layer_input_dim"] = spec.per_layer_input_dim;
+  out["per_layer_vocab"] = spec.per_layer_vocab;
   out["tokens"] = {{"pad", spec.tokens.pad},
                    {"bos", spec.tokens.bos},
                    {"eos", spec.tokens.eos},
@@ -470,13 +498,18 @@ nlohmann::json spec_to_json(const ModelSpec& spec) {
         {"has_layer_scalar", l.has_layer_scalar},
         {"missing_layer_scalar", float_json(l.missing_layer_scalar)},
         {"ffn_dim", l.ffn_dim},
+        {"kv_source", l.stores_kv() ? json(nullptr) : json(l.kv_source)},
+        {"num_experts", l.num_experts},
+        {"top_k_experts", l.top_k_experts},
+        {"expert_ffn_dim", l.expert_ffn_dim},
         {"rope",
          {{"type", l.rope.type},
           {"theta", l.rope.theta},
           {"partial_factor", l.rope.partial_factor},
           {"rotated_pairs", l.rope.rotated_pairs(l.head_dim)},
           {"freq_base_dim", l.rope.freq_base_dim},
-          {"scaling_factor", l.rope.scaling_factor}}},
+          {"scaling_factor", l.rope.scaling_factor},
+          {"freq_factors", l.rope.freq_factors}}},
     });
   }
   out["layers"] = std::move(layers);
@@ -513,6 +546,12 @@ std::string spec_to_text(const ModelSpec& spec) {
     << ", logit softcap " << opt(spec.attn_logit_softcap) << "\n";
   o << "final softcap:   " << opt(spec.final_logit_softcap) << "\n";
   o << "embedding scale: " << format_float(spec.embedding_scale) << "\n";
+  if (spec.has_per_layer_inputs())
+    o << "per-layer input: " << spec.per_layer_input_dim << " per layer, table " << spec.per_layer_vocab << " x "
+      << int64_t(spec.per_layer_vocab > 0 ? spec.num_layers() : 0) * spec.per_layer_input_dim << "\n";
+  if (spec.first_kv_shared_layer() < spec.num_layers())
+    o << "KV sharing:      layers " << spec.first_kv_shared_layer() << ".." << spec.num_layers() - 1
+      << " read earlier layers' keys and values (kv column)\n";
   o << "special ids:     pad " << spec.tokens.pad << ", bos " << spec.tokens.bos << ", eos "
     << spec.tokens.eos << ", unk " << spec.tokens.unk << "\n";
   o << "stop ids:        " << join_ints(spec.tokens.stop) << "\n";
@@ -547,6 +586,22 @@ std::string spec_to_text(const ModelSpec& spec) {
   }
   o << "(q/k-w: q and k norm gains, w = learned weight, 1 = unit gain, - = no norm; /v = "
        "weightless v norm)\n";
+  bool extra = false;
+  for (const LayerSpec& l : spec.layers) extra = extra || !l.stores_kv() || l.moe();
+  if (extra) {
+    o << "\n";
+    std::snprintf(row, sizeof row, "%5s %6s %18s\n", "layer", "kv", "experts");
+    o << row;
+    for (size_t i = 0; i < spec.layers.size(); ++i) {
+      const LayerSpec& l = spec.layers[i];
+      const std::string kv = l.stores_kv() ? "own" : "<- " + std::to_string(l.kv_source);
+      const std::string experts = l.moe() ? "top " + std::to_string(l.top_k_experts) + " of " +
+                                                std::to_string(l.num_experts) + " x " + std::to_string(l.expert_ffn_dim)
+                                          : "-";
+      std::snprintf(row, sizeof row, "%5zu %6s %18s\n", i, kv.c_str(), experts.c_str());
+      o << row;
+    }
+  }
 
   if (spec.unsupported) {
     o << "\nunsupported:     " << spec.unsupported->code << "\n";
@@ -573,8 +628,10 @@ std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec) {
     const int64_t ffn = l.ffn_dim;
     out.push_back({p + "input_layernorm.weight", {hidden}});
     out.push_back({p + "self_attn.q_proj.weight", {q_out, hidden}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv_out, hidden}});
-    if (!l.k_eq_v) out.push_back({p + "self_attn.v_proj.weight", {kv_out, hidden}});
+    if (l.stores_kv()) {
+      out.push_back({p + "self_attn.k_proj.weight", {kv_out, hidden}});
+      if (!l.k_eq_v) out.push_back({p + "self_attn.v_proj.weight", {kv_out, hidden}});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {hidden, q_out}});
     if (l.q_norm && l.q_norm_weight) out.push_back({p + "self_attn.q_norm.weight", {l.head_dim}});
     if (l.k_norm && l.k_norm_weight) out.push_back({p + "self_attn.k_norm.weight", {l.head_dim}});
@@ -584,12 +641,63 @@ std::vector<ExpectedTensor> expected_tensors(const ModelSpec& spec) {
     out.push_back({p + "mlp.gate_proj.weight", {ffn, hidden}});
     out.push_back({p + "mlp.up_proj.weight", {ffn, hidden}});
     out.push_back({p + "mlp.down_proj.weight", {hidden, ffn}});
+    if (l.moe()) {
+      const int64_t e = l.num_experts, w = l.expert_ffn_dim;
+      out.push_back({p + "router.proj.weight", {e, hidden}});
+      out.push_back({p + "router.scale", {hidden}});
+      out.push_back({p + "router.per_expert_scale", {e}});
+      out.push_back({p + "experts.gate_up_proj", {e, 2 * w, hidden}});
+      out.push_back({p + "experts.down_proj", {e, hidden, w}});
+      out.push_back({p + "post_feedforward_layernorm_1.weight", {hidden}});
+      out.push_back({p + "pre_feedforward_layernorm_2.weight", {hidden}});
+      out.push_back({p + "post_feedforward_layernorm_2.weight", {hidden}});
+    }
+    if (spec.has_per_layer_inputs()) {
+      const int64_t d = spec.per_layer_input_dim;
+      out.push_back({p + "per_layer_input_gate.weight", {d, hidden}});
+      out.push_back({p + "per_layer_projection.weight", {hidden, d}});
+      out.push_back({p + "post_per_layer_input_norm.weight", {hidden}});
+    }
     if (l.has_layer_scalar) out.push_back({p + "layer_scalar", {1}});
+  }
+  if (spec.has_per_layer_inputs()) {
+    const int64_t width = int64_t(spec.num_layers()) * spec.per_layer_input_dim;
+    out.push_back({"embed_tokens_per_layer.weight", {int64_t(spec.per_layer_vocab), width}});
+    out.push_back({"per_layer_model_projection.weight", {width, hidden}});
+    out.push_back({"per_layer_projection_norm.weight", {int64_t(spec.per_layer_input_dim)}});
   }
   out.push_back({"embed_tokens.weight", {int64_t(spec.vocab_size), hidden}});
   out.push_back({"norm.weight", {hidden}});
   if (!spec.tie_embeddings) out.push_back({"lm_head.weight", {int64_t(spec.vocab_size), hidden}});
   return out;
+}
+
+int ModelSpec::first_kv_shared_layer() const {
+  for (int i = 0; i < num_layers(); ++i)
+    if (!layers[size_t(i)].stores_kv()) return i;
+  return num_layers();
+}
+
+void detail::assign_kv_sharing(ModelSpec& spec, int num_shared, bool double_wide_mlp, const std::string& field) {
+  const int n = spec.num_layers();
+  if (num_shared < 0 || num_shared >= n)
+    fail(spec.source, tick(field) + " " + std::to_string(num_shared) + " must be in 0 .. " + std::to_string(n - 1) +
+                          " (layer 0 computes its own keys and values)");
+  const int first = n - num_shared;
+  for (int i = first; i < n; ++i) {
+    LayerSpec& l = spec.layers[size_t(i)];
+    // As transformers: the last layer before the shared ones that has this attention kind.
+    int source = -1;
+    for (int j = first - 1; j >= 0 && source < 0; --j)
+      if (spec.layers[size_t(j)].kind == l.kind) source = j;
+    if (source < 0)
+      fail(spec.source, tick(field) + " " + std::to_string(num_shared) + ": shared layer " + std::to_string(i) + " (" +
+                            kind_name(l.kind) + ") has no earlier " + kind_name(l.kind) +
+                            " layer to take keys and values from");
+    l.kv_source = source;
+    l.k_norm = l.k_norm_weight = false;  // no keys of its own to normalize
+    if (double_wide_mlp) l.ffn_dim *= 2;
+  }
 }
 
 LayerSpec detail::gemma3_layer(AttentionKind kind, int num_q_heads, int num_kv_heads, int head_dim, int window, int ffn_dim,

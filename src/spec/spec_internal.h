@@ -19,6 +19,12 @@ using nlohmann::json;
 // Throws lumen::Error("SOURCE: MESSAGE") with any line breaks flattened.
 [[noreturn]] void fail(const std::string& source, const std::string& message);
 
+// Layers a spec may have: far more than any real model (Gemma 3 27B has 62), few enough that a
+// file claiming 2^30 cannot make a builder allocate gigabytes of layer specs.
+inline constexpr int64_t kMaxLayers = 1024;
+// Throws naming `field` unless 1 <= n <= kMaxLayers; called before anything per layer is built.
+void check_layer_count(const std::string& source, const std::string& field, int64_t n);
+
 // Line breaks and other control characters replaced by spaces.
 std::string one_line(std::string text);
 
@@ -103,6 +109,12 @@ std::string rope_type_for(double partial_factor, int freq_base_dim, int head_dim
 // ranges); errors are prefixed with spec.source. Token ids outside the vocabulary become
 // notes (and unreachable stop ids are dropped), as transformers only warns about them.
 void validate_spec(ModelSpec& spec);
+
+// Marks the last `num_shared` layers KV-shared, as transformers' Gemma4TextConfig does: each
+// reads the keys and values of the last earlier non-shared layer of its attention kind and
+// drops its k-norm; with `double_wide_mlp` its MLP is twice as wide. `field` names the count in
+// errors (a count past the layers, a shared kind no earlier layer has).
+void assign_kv_sharing(ModelSpec& spec, int num_shared, bool double_wide_mlp, const std::string& field);
 
 // One Gemma 3 layer (GGUF and HF config alike): q/k norms with gains, no v norm, no layer
 // scalar, full RoPE; sliding layers use the local theta and no scaling, full layers the

@@ -30,6 +30,16 @@ std::vector<std::string> check_manifest_matches_weights(const ModelSpec& m, cons
   if (m.tie_embeddings != w.tie_embeddings)
     mismatch("runtime.manifestInference.output.tieWordEmbeddings", m.tie_embeddings ? "true" : "false",
              w.tie_embeddings ? "tied embeddings" : "separate lm_head");
+  if (m.per_layer_input_dim != w.per_layer_input_dim)
+    mismatch(kArch + "hiddenSizePerLayerInput", std::to_string(m.per_layer_input_dim),
+             w.per_layer_input_dim ? "per-layer inputs of width " + std::to_string(w.per_layer_input_dim)
+                                   : std::string("model without per-layer inputs"));
+  if (m.per_layer_vocab != w.per_layer_vocab)
+    mismatch(kArch + "vocabSizePerLayerInput", std::to_string(m.per_layer_vocab),
+             "per-layer input table of " + std::to_string(w.per_layer_vocab) + " rows");
+  if (m.first_kv_shared_layer() != w.first_kv_shared_layer())
+    mismatch(kArch + "numKvSharedLayers", std::to_string(m.num_layers() - m.first_kv_shared_layer()),
+             std::to_string(w.num_layers() - w.first_kv_shared_layer()) + " KV-shared layers");
   std::vector<std::string> notes;
   for (int i = 0; i < m.num_layers(); ++i) {
     const LayerSpec& a = m.layers[size_t(i)];
@@ -52,7 +62,14 @@ std::vector<std::string> check_manifest_matches_weights(const ModelSpec& m, cons
       mismatch(kArch + "attentionKeyEqualsValue", a.k_eq_v ? "true" : "false",
                std::string(b.k_eq_v ? "K=V (no v_proj)" : "a separate v_proj") + " at " + layer);
     if (a.ffn_dim != b.ffn_dim)
-      mismatch(kArch + "intermediateSize", std::to_string(a.ffn_dim), "FFN width " + std::to_string(b.ffn_dim) + " at " + layer);
+      mismatch(a.stores_kv() ? kArch + "intermediateSize" : "runtime.manifestInference.ffn.useDoubleWideMlp",
+               std::to_string(a.ffn_dim) + (a.stores_kv() ? "" : " (the FFN width it gives)"),
+               "FFN width " + std::to_string(b.ffn_dim) + " at " + layer);
+    if (a.num_experts != b.num_experts || a.top_k_experts != b.top_k_experts || a.expert_ffn_dim != b.expert_ffn_dim)
+      mismatch(kArch + "numExperts/numExpertsPerToken/moeIntermediateSize",
+               std::to_string(a.num_experts) + "/" + std::to_string(a.top_k_experts) + "/" + std::to_string(a.expert_ffn_dim),
+               std::to_string(b.num_experts) + " experts, top " + std::to_string(b.top_k_experts) + ", width " +
+                   std::to_string(b.expert_ffn_dim) + " at " + layer);
     // Which small tensors a layer has: the manifest's layer lists must describe these weights.
     auto list_mismatch = [&](const std::string& field, bool listed, const std::string& weights_have) {
       throw Error(m.source + ": " + field + (listed ? " lists " : " leaves out ") + layer + ", but the weights have " +
@@ -68,7 +85,8 @@ std::vector<std::string> check_manifest_matches_weights(const ModelSpec& m, cons
     if (a.window != b.window)
       notes.push_back(layer + ": window " + std::to_string(a.window) + " (manifest) vs " + std::to_string(b.window) + " (weights' config)");
     if (a.rope.theta != b.rope.theta || a.rope.partial_factor != b.rope.partial_factor ||
-        a.rope.freq_base_dim != b.rope.freq_base_dim || a.rope.scaling_factor != b.rope.scaling_factor)
+        a.rope.freq_base_dim != b.rope.freq_base_dim || a.rope.scaling_factor != b.rope.scaling_factor ||
+        a.rope.freq_factors != b.rope.freq_factors)
       notes.push_back(layer + ": RoPE theta " + num(a.rope.theta) + "/partial " + num(a.rope.partial_factor) + "/base dim " +
                       std::to_string(a.rope.freq_base_dim) + "/scaling " + num(a.rope.scaling_factor) +
                       " (manifest) vs " + num(b.rope.theta) + "/" + num(b.rope.partial_factor) + "/" +

@@ -287,7 +287,9 @@ class BpeTokenizer final : public Tokenizer {
     merges_.reserve(def_.merges.size());
     std::string joined;
     for (size_t rank = 0; rank < def_.merges.size(); ++rank) {
-      const auto& [left, right] = def_.merges[rank];
+      // Named references, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+      const std::string& left = def_.merges[rank].first;
+      const std::string& right = def_.merges[rank].second;
       const auto lookup = [&](const std::string& entry) {
         auto it = vocab_index_.find(entry);
         if (it == vocab_index_.end())

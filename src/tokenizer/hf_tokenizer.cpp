@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace lumen::tokenizer {
@@ -155,6 +156,7 @@ class TokenizerJsonSax {
     return dom_.key(k);
   }
   bool start_object(std::size_t n) {
+    enter();
     if (capturing()) return open_nested();
     if (at_model() && pending_key_ == "vocab") {
       mode_ = Mode::Vocab;
@@ -166,11 +168,13 @@ class TokenizerJsonSax {
     return dom_.start_object(n);
   }
   bool end_object() {
+    --nesting_;
     if (capturing()) return close_nested();
     path_.pop_back();
     return dom_.end_object();
   }
   bool start_array(std::size_t n) {
+    enter();
     if (capturing()) {
       if (mode_ == Mode::Merges && depth_ == 0) {
         ++depth_;
@@ -189,6 +193,7 @@ class TokenizerJsonSax {
     return dom_.start_array(n);
   }
   bool end_array() {
+    --nesting_;
     if (capturing()) {
       if (mode_ == Mode::Merges && depth_ == 1) {
         --depth_;
@@ -207,6 +212,14 @@ class TokenizerJsonSax {
 
  private:
   enum class Mode { None, Vocab, Merges };
+  // Nesting is bounded like every JSON document Lumen reads (base/json.h): the normalizer,
+  // pre-tokenizer and decoder readers recurse into "Sequence" steps.
+  void enter() {
+    if (++nesting_ > kMaxJsonDepth)
+      throw json::parse_error::create(101, 0, "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                                      nullptr);
+  }
+  int nesting_ = 0;
   bool capturing() const { return mode_ != Mode::None; }
   bool at_model() const { return path_.size() == 2 && path_[1] == "model"; }
 
@@ -252,14 +265,17 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   if (!in) throw Error(path + ": cannot open the tokenizer file");
   std::stringstream buffer;
   buffer << in.rdbuf();
+  return parse_hf_tokenizer(std::move(buffer).str(), path);
+}
+
+std::unique_ptr<Tokenizer> parse_hf_tokenizer(std::string_view text, const std::string& path) {
   json root;
   TokenizerJsonSax sax(root);
   try {
-    json::sax_parse(buffer.str(), &sax);
+    json::sax_parse(text, &sax);
   } catch (const json::exception& e) {
     throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
-  buffer = {};
   JsonReader r(path);
   if (!root.is_object()) r.fail("(top level)", "expected a JSON object (a tokenizers tokenizer.json)");
 

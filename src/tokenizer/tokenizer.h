@@ -56,6 +56,8 @@ class Tokenizer {
 
 // Loaders. Each throws lumen::Error naming the file (and field) at fault.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json_path);
+// From the text of a tokenizer.json; `source` names it in errors.
+std::unique_ptr<Tokenizer> parse_hf_tokenizer(std::string_view json_text, const std::string& source);
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path);
 // From the bytes of a serialized SentencePiece ModelProto (e.g. a .litertlm section).
 std::unique_ptr<Tokenizer> load_sentencepiece_bytes(std::string_view proto_bytes, const std::string& source);

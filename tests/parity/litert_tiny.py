@@ -14,16 +14,18 @@ import make_tiny_litertlm as mtl  # noqa: E402
 PRESET = "tiny-mixed"
 
 
-def tiny_packages() -> Path:
-    ckpt = model_dir(PRESET, dtype="float32")
+def tiny_packages(preset: str = PRESET) -> Path:
+    """The packages of a tiny checkpoint (float32): tiny-mixed by default; a per-layer-input preset
+    (tiny-e2b, tiny-ple-kvshare) gets the E2B/E4B section layout."""
+    ckpt = model_dir(preset, dtype="float32")
     stamp = hashlib.sha256((TOOLS / "make_tiny_litertlm.py").read_bytes() +
                            (ckpt / ".lumen-built").read_bytes()).hexdigest()[:16]
     root = work_dir() / "litert-weights"
-    out = root / f"{PRESET}-{stamp}"
-    with _locked(root / f".{PRESET}.lock"):
+    out = root / f"{preset}-{stamp}"
+    with _locked(root / f".{preset}.lock"):
         if (out / ".built").exists():
             return out
-        tmp = root / f".{PRESET}.tmp{os.getpid()}"
+        tmp = root / f".{preset}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         mtl.build(ckpt, tmp, shared_dir() / "manifests" / "litert-gemma-4-12b-it.json")
         (tmp / ".built").write_text(stamp)

@@ -112,7 +112,7 @@ def test_logits_match_transformers_at_every_position(model_file, golden, tmp_pat
     for i in range(len(TEXT_PROMPTS)):
         ids, want = golden[f"text{i}_ids"], golden[f"text{i}_logits"]
         out = tmp_path / f"p{i}.npy"
-        cp = run_lumen("logits", "-m", model_file, "--tokens", tokens_arg(ids), "--out", out)
+        cp = run_lumen("--exact", "logits", "-m", model_file, "--tokens", tokens_arg(ids), "--out", out)
         assert cp.returncode == 0, describe(cp)
         got = np.load(out)
         assert got.shape == want.shape, f"prompt {i}: shape {got.shape} != {want.shape}"
@@ -132,7 +132,7 @@ def test_greedy_chat_continuations_match_transformers(model_file, golden):
     for i, question in enumerate(CHAT_QUESTIONS):
         want = golden[f"chat{i}_greedy"].tolist()
         t0 = time.monotonic()
-        cp = run_lumen("run", "-m", model_file, "--tokens", tokens_arg(golden[f"chat{i}_ids"]), "-n", n)
+        cp = run_lumen("--exact", "run", "-m", model_file, "--tokens", tokens_arg(golden[f"chat{i}_ids"]), "-n", n)
         elapsed = time.monotonic() - t0
         assert cp.returncode == 0, describe(cp)
         got = _ids(cp)
@@ -146,7 +146,7 @@ def test_greedy_past_the_sliding_window(model_file, golden):
     """A prompt longer than the 512-token window: sliding layers must drop the oldest keys."""
     ids = golden["long_ids"]
     assert len(ids) > 600, len(ids)
-    cp = run_lumen("run", "-m", model_file, "--tokens", tokens_arg(ids), "-n", LONG_N)
+    cp = run_lumen("--exact", "run", "-m", model_file, "--tokens", tokens_arg(ids), "-n", LONG_N)
     assert cp.returncode == 0, describe(cp)
     assert _ids(cp) == golden["long_greedy"].tolist(), f"after {len(ids)} tokens"
 
@@ -184,7 +184,7 @@ def test_perplexity_matches_transformers(model_file, kjv_text):
         return {"tokens": np.array(r["tokens"]), "ppl": np.array(r["ppl"])}
 
     want = _cached("gemma3-270m-ppl", model_file, repr((text, PPL_CTX, PPL_MAX_TOKENS)), compute)
-    cp = run_lumen("perplexity", "-m", model_file, "-f", kjv_text, "--ctx", PPL_CTX,
+    cp = run_lumen("--exact", "perplexity", "-m", model_file, "-f", kjv_text, "--ctx", PPL_CTX,
                    "--max-tokens", PPL_MAX_TOKENS, "--json")
     assert cp.returncode == 0, describe(cp)
     assert cp.stderr == "", f"no progress bar when stderr is not a terminal\n{describe(cp)}"

@@ -15,7 +15,7 @@ overall (85% with single int8 activations), 100% where the f32 reference is deci
 margin >= 1.5 logits, ~4x q8's logit noise). The checks below bound what these models allow and
 would catch a broken kernel: decisive agreement >= 95%, KL <= 0.1, logit noise <= 20% of the
 logit spread, and the KL ordering bf16 < q8 < q4. Figures go to LUMEN_WORK_DIR/parity_report.json
-and notes/quant.md.
+and docs/kernels.md.
 """
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids, monkeypatch)
     # The reference itself is the exact expansion: it must agree with the model's own
     # (block-format) path, which the transformers parity test pins to ~1e-6.
     own_path = work_dir() / "real-model-logits-own.npy"
-    cp = run_lumen("logits", "-m", str(MODEL), "--tokens", tokens_arg(prompt_ids[:32]), "--out", str(own_path))
+    cp = run_lumen("--exact", "logits", "-m", str(MODEL), "--tokens", tokens_arg(prompt_ids[:32]), "--out", str(own_path))
     assert cp.returncode == 0, describe(cp)
     own = np.load(own_path)
     own_path.unlink()

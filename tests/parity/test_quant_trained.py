@@ -15,7 +15,7 @@ Formats, all converted at load from the same f32 checkpoint:
   q8    Q8_0 weights, activations as two int8 halves (the default, LUMEN_Q8_ACT=int8x2)
   q8 with LUMEN_Q8_ACT=int8: Q8_0 weights, single int8 activations (reported, weaker bound)
   q4    Q4_0 weights (embedding/output projection too), single int8 activations
-Figures go to LUMEN_WORK_DIR/parity_report.json (section quant_trained) and notes/quality.md.
+Figures go to LUMEN_WORK_DIR/parity_report.json (section quant_trained) and docs/kernels.md.
 """
 from __future__ import annotations
 

@@ -2,4 +2,5 @@
 // test_prefill.cpp compare them with the scalar reference on every machine with AVX2.
 #ifdef LUMEN_TEST_SIMDE_AVX512
 #include "../../src/kernels/prefill_avx512.cpp"
+#include "../../src/kernels/block_matmul_avx512.cpp"
 #endif

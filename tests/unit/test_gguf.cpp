@@ -909,7 +909,7 @@ TEST(GgmlBlocks, SizesAndErrors) {
   EXPECT_EQ(ggml_row_bytes(ggml_type::F16, 3), 6u);
   EXPECT_EQ(ggml_block_size(ggml_type::Q5_0), 32);
   EXPECT_TRUE(ggml_can_dequantize(ggml_type::Q5_K));
-  EXPECT_FALSE(ggml_can_dequantize(int(GgmlType::Q2_K)));
+  EXPECT_FALSE(ggml_can_dequantize(int(GgmlType::IQ2_XXS)));
   EXPECT_STREQ(ggml_blocks_type_name(ggml_type::Q6_K), "Q6_K");
 
   auto expect_error = [](auto fn, const std::string& fragment) {
@@ -923,8 +923,8 @@ TEST(GgmlBlocks, SizesAndErrors) {
     }
   };
   float out[256];
-  expect_error([&] { dequantize_ggml_row(int(GgmlType::Q2_K), out, 256, out); },
-               "ggml type 10 is not supported");
+  expect_error([&] { dequantize_ggml_row(int(GgmlType::IQ2_XXS), out, 256, out); },
+               "ggml type 16 is not supported");
   expect_error([&] { dequantize_ggml_row(ggml_type::Q4_K, out, 100, out); },
                "Q4_K row of 100 elements");
   expect_error([&] { ggml_row_bytes(ggml_type::Q8_0, 33); }, "Q8_0 row of 33 elements");

@@ -103,6 +103,21 @@ TEST(Rope, ScalingFactorDividesFrequencies) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_FLOAT_EQ(scaled[i], plain[i] / 8);
 }
 
+TEST(Rope, FrequencyFactorsDivideTheirOwnPair) {
+  // llama.cpp's rope_freqs: pair i's frequency divided by factor i; pairs past the list keep 1.
+  spec::RopeSpec rope;
+  rope.theta = 1e6;
+  rope.freq_base_dim = 32;
+  rope.partial_factor = 0.5;  // 8 of 16 pairs
+  auto plain = model::rope_inv_freq(rope, 32);
+  ASSERT_EQ(plain.size(), 8u);
+  rope.freq_factors = {1.0f, 2.0f, 0.5f, 4.0f};
+  auto scaled = model::rope_inv_freq(rope, 32);
+  ASSERT_EQ(scaled.size(), 8u);
+  for (size_t i = 0; i < scaled.size(); ++i)
+    EXPECT_FLOAT_EQ(scaled[i], plain[i] / (i < 4 ? rope.freq_factors[i] : 1.0f)) << i;
+}
+
 TEST(Softcap, BoundsAndNearIdentityForSmallValues) {
   std::vector<float> x = {0.0f, 0.3f, 30.0f, -1000.0f, 1000.0f};
   kernels::softcap(x.data(), int64_t(x.size()), 30.0f);

@@ -180,7 +180,9 @@ TEST(FieldTable, SeedManifestEveryFieldIsClassified) {
   // Tiering is off in the seed: its parameters have no effect.
   EXPECT_EQ(field(t, "runtime.manifestInference.session.kvcache.tiering.hotWindow").status, FieldStatus::Ignored);
   EXPECT_EQ(field(t, "runtime.manifestInference.session.decodeLoop.readbackMode").status, FieldStatus::Ignored);
-  EXPECT_EQ(field(t, "runtime.manifestInference.session.perLayerInputs.gpuUpload.mode").status, FieldStatus::Ignored);
+  // The 12B has no per-layer inputs: the block's values are checked, with the reason.
+  EXPECT_EQ(field(t, "runtime.manifestInference.session.perLayerInputs.gpuUpload.mode").status, FieldStatus::Checked);
+  EXPECT_EQ(field(t, "runtime.manifestInference.session.perLayerInputs.rowCache.maxRows").status, FieldStatus::Checked);
   EXPECT_EQ(field(t, "runtime.manifestInference.unsupported.code").status, FieldStatus::Honoured);
   EXPECT_EQ(field(t, "package.litertlm.layerScalarLayers").status, FieldStatus::Checked);
   EXPECT_EQ(field(t, "package.litertlm.graphAdapter").status, FieldStatus::Ignored);

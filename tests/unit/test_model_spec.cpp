@@ -322,7 +322,6 @@ TEST(ModelSpecManifest, UnhonourableFieldsRefused) {
       {{"rope", "mropeSection"}, {1, 2}, "mropeSection"},
       {{"rope", "yarnBetaFast"}, 32, "yarnBetaFast"},
       {{"rope", "ropeScalingType"}, "yarn", "ropeScalingType"},
-      {{"ffn", "useDoubleWideMlp"}, true, "useDoubleWideMlp"},
       {{"attention", "queryPreAttnScalar"}, nullptr, "queryPreAttnScalar"},
       {{"attention", "someNewFlag"}, true, "someNewFlag"},
   };
@@ -338,7 +337,7 @@ TEST(ModelSpecManifest, UnhonourableFieldsRefused) {
   expect_one_line_naming(error_of([&] { lumen::spec::spec_from_manifest(m, "m.json"); }),
                          "hiddenSizePerLayerInput");
   m = base;
-  m["runtime"]["architecture"]["numKvSharedLayers"] = 20;
+  m["runtime"]["architecture"]["numKvSharedLayers"] = 47;  // every layer: none left to compute KV
   expect_one_line_naming(error_of([&] { lumen::spec::spec_from_manifest(m, "m.json"); }),
                          "numKvSharedLayers");
 }
@@ -459,10 +458,12 @@ TEST(ModelSpecHf, DefaultsFollowTransformers) {
   EXPECT_EQ(s.tokens.stop, (std::vector<int>{1}));
   EXPECT_FALSE(s.final_logit_softcap.has_value());
 
-  // The per-layer embedding default (256) is refused when the field is absent.
-  const std::string msg = error_of(
-      [&] { lumen::spec::spec_from_hf_config({{"model_type", "gemma4_text"}}, "config.json"); });
-  expect_one_line_naming(msg, "hidden_size_per_layer_input");
+  EXPECT_EQ(s.per_layer_input_dim, 0);
+  // An absent hidden_size_per_layer_input means transformers' default: per-layer inputs of 256
+  // over its default table of 262144 rows.
+  const ModelSpec d = lumen::spec::spec_from_hf_config({{"model_type", "gemma4_text"}}, "config.json");
+  EXPECT_EQ(d.per_layer_input_dim, 256);
+  EXPECT_EQ(d.per_layer_vocab, 262144);
 }
 
 TEST(ModelSpecHf, LastLayerForcedFull) {
@@ -581,10 +582,9 @@ TEST(ModelSpecHf, Errors) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
            {"head_dim", 0},
            {"sliding_window", 0},
-           {"hidden_size_per_layer_input", 256},
-           {"num_kv_shared_layers", 20},
+           {"hidden_size_per_layer_input", -1},
+           {"num_kv_shared_layers", 48},
            {"enable_moe_block", true},
-           {"use_double_wide_mlp", true},
            {"use_bidirectional_attention", "vision"},
            {"attention_bias", true},
            {"hidden_activation", "silu"},

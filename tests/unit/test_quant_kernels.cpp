@@ -368,6 +368,29 @@ TEST(QuantKernels, MatmulDispatchUsesTheActiveIsaAndMatchesF32WithinQuantError) 
   kernels::set_isa(saved);
 }
 
+TEST(QuantKernels, ExactModeExpandsTheInterleavedLayoutsToTheSameF32Product) {
+  // --exact: whatever the layout (the interleaved X4 ones included), the product is the f32
+  // product of the weights' exact expansion, bit for bit, never the int8-activation kernel's.
+  const int64_t N = 9, K = 200, T = 3;
+  const auto wf = randn(size_t(N * K), 31), x = randn(size_t(T * K), 32);
+  const bool saved = kernels::exact_matmul();
+  for (bool q4 : {true, false}) {
+    X4Matrix m = make_x4(q4, wf, N, K);
+    std::vector<float> expanded(size_t(N * K));
+    for (int64_t r = 0; r < N; ++r) quant::dequantize_row(m.w, r, expanded.data() + r * K);
+    const quant::WeightMatrix f32{quant::WeightFormat::F32, N, K, expanded.data()};
+    std::vector<float> want(size_t(T * N)), exact(size_t(T * N)), fast(size_t(T * N));
+    kernels::matmul_expanded(x.data(), T, f32, want.data(), kernels::active_isa());
+    kernels::set_exact_matmul(true);
+    kernels::matmul(x.data(), T, m.w, exact.data());
+    kernels::set_exact_matmul(false);
+    kernels::matmul(x.data(), T, m.w, fast.data());
+    EXPECT_EQ(exact, want) << (q4 ? "Q4_0X4" : "Q8_0X4");
+    EXPECT_NE(fast, want) << "the fast path quantizes the activations: it cannot be the exact product";
+  }
+  kernels::set_exact_matmul(saved);
+}
+
 TEST(QuantFormats, RepackForInt8KernelsMovesGgmlBlocksAndKeepsTheTie) {
   const int64_t rows = 6, cols = 64;
   const auto f = randn(size_t(rows * cols), 31);

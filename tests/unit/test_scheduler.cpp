@@ -2,7 +2,9 @@
 // what each produces alone; a full queue refuses; a cancelled sequence leaves at the next step.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "fake_tokenizer.h"
@@ -270,4 +272,94 @@ TEST(Scheduler, ChoicesAreQueuedAllOrNone) {
     drain(*t);
     EXPECT_EQ(t->completion_tokens(), 3);
   }
+// --- faults: KV memory budget, cancel_all, a model that becomes unusable ------------------
+
+const test_support::TinyModel& roomy() {
+  static const test_support::TinyModel m(test_support::tiny_model_spec(32, 3, 1 << 20));
+  return m;
+}
+
+TEST(Scheduler, KvBudgetMakesRequestsWaitThenRefuses) {
+  const auto tok = letters();
+  SchedulerOptions opts;
+  opts.max_active = 4;
+  opts.max_queued = 0;
+  const int64_t long_run = 1 << 16;  // runs until cancelled
+  {
+    Scheduler probe(roomy().model(), tok, opts);
+    // Room for one long request, not two.
+    opts.kv_budget_bytes = probe.kv_reservation(long_run + 3) * 3 / 2;
+  }
+  Scheduler s(roomy().model(), tok, opts);
+  EXPECT_EQ(s.positions_within_budget() >= long_run + 3, true);
+  auto first = s.submit(request({2, 5, 6}, long_run, 0.0f, 0));
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(eventually([&] { return s.stats().active == 1; }));
+  EXPECT_EQ(s.stats().kv_reserved_bytes, s.kv_reservation(long_run + 3));
+  // Slots are free but the memory is not: the next ones wait.
+  std::vector<std::shared_ptr<runtime::Ticket>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    Scheduler::Refusal why = Scheduler::Refusal::QueueFull;
+    waiting.push_back(s.submit(request({2, 7, 8}, long_run, 0.0f, 0), &why));
+    ASSERT_TRUE(waiting.back()) << i;
+    EXPECT_EQ(why, Scheduler::Refusal::None);
+  }
+  ASSERT_TRUE(eventually([&] { return s.stats().waiting_for_memory; }));
+  EXPECT_EQ(s.stats().active, 1);
+  EXPECT_EQ(s.stats().queued, 3);
+  EXPECT_FALSE(waiting[0]->started());
+  // The queue is full of requests waiting for memory: refused as such.
+  Scheduler::Refusal why = Scheduler::Refusal::None;
+  EXPECT_EQ(s.submit(request({2, 9}, long_run, 0.0f, 0), &why), nullptr);
+  EXPECT_EQ(why, Scheduler::Refusal::MemoryFull);
+  EXPECT_EQ(s.stats().rejected_memory, 1);
+  // More than the whole budget: refused at once.
+  EXPECT_EQ(s.submit(request({2, 9}, 1 << 19, 0.0f, 0), &why), nullptr);
+  EXPECT_EQ(why, Scheduler::Refusal::TooLarge);
+  // The first leaves: the oldest waiting one takes its memory, the others keep waiting.
+  first->cancel();
+  drain(*first);
+  ASSERT_TRUE(eventually([&] { return waiting[0]->started(); }));
+  EXPECT_EQ(s.stats().active, 1);
+  EXPECT_LE(s.stats().kv_reserved_bytes, opts.kv_budget_bytes);
+  EXPECT_FALSE(waiting[1]->started());
+  // Shutdown's last resort: everything ends as cancelled, and the memory is returned.
+  s.cancel_all();
+  for (auto& t : waiting) {
+    drain(*t);
+    EXPECT_EQ(t->finish_reason(), FinishReason::Cancelled);
+  }
+  ASSERT_TRUE(eventually([&] { return s.stats().active == 0 && s.stats().queued == 0; }));
+  EXPECT_EQ(s.stats().kv_reserved_bytes, 0);
+  EXPECT_EQ(s.stats().cancelled, 4);
+}
+
+TEST(Scheduler, PositionsWithinBudget) {
+  const auto tok = letters();
+  SchedulerOptions opts;
+  Scheduler probe(roomy().model(), tok, opts);
+  EXPECT_EQ(probe.positions_within_budget(), std::numeric_limits<int64_t>::max());
+  opts.kv_budget_bytes = probe.kv_reservation(1000);
+  Scheduler s(roomy().model(), tok, opts);
+  EXPECT_EQ(s.positions_within_budget(), 1000);
+  EXPECT_GT(s.kv_reservation(1001), opts.kv_budget_bytes);
+}
+
+TEST(Scheduler, ModelThatBecomesUnusableFailsSequencesAndRefusesNewOnes) {
+  const auto tok = letters();
+  SchedulerOptions opts;
+  std::atomic<bool> broken{false};
+  opts.model_check = [&] { return broken ? std::string("model file 'm.gguf' truncated") : std::string(); };
+  Scheduler s(roomy().model(), tok, opts);
+  auto running = s.submit(request({2, 5}, 1 << 16, 0.0f, 0));
+  ASSERT_TRUE(running);
+  ASSERT_TRUE(eventually([&] { return s.stats().decode_tokens > 3; }));
+  broken = true;
+  drain(*running);
+  EXPECT_EQ(running->error(), "model file 'm.gguf' truncated");
+  EXPECT_EQ(s.unavailable(), "model file 'm.gguf' truncated");
+  Scheduler::Refusal why = Scheduler::Refusal::None;
+  EXPECT_EQ(s.submit(request({2, 5}, 3, 0.0f, 0), &why), nullptr);
+  EXPECT_EQ(why, Scheduler::Refusal::Unavailable);
+  EXPECT_EQ(s.stats().failed, 1);
 }

@@ -1,0 +1,422 @@
+// The scalar reference of the block-format kernels (block_matmul.h), the activation
+// quantizer, the format table and the threaded driver (decode and prefill tiling).
+#include "kernels/block_matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "kernels/matmul.h"
+#include "kernels/qmatmul.h"
+#include "kernels/thread_pool.h"
+#include "quant/ggml_blocks.h"
+
+namespace lumen::kernels {
+
+namespace {
+
+using quant::WeightFormat;
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// 32 nibbles of a 16-byte qs array in element order (low nibbles are elements 0..15).
+inline void nibbles32(const uint8_t* qs, int* out) {
+  for (int j = 0; j < 16; ++j) {
+    out[j] = qs[j] & 0x0F;
+    out[j + 16] = qs[j] >> 4;
+  }
+}
+
+// Decodes 32-element sub-block k of the ggml block at `b` into the canonical integers and
+// per-half scale and min (block_matmul.h).
+void decode_block32(WeightFormat f, const uint8_t* b, int k, int8_t* w, float* sw, float* mw) {
+  int v[32];
+  mw[0] = mw[1] = 0.0f;
+  switch (f) {
+    case WeightFormat::Q4_0:
+      nibbles32(b + 2, v);
+      for (int j = 0; j < 32; ++j) w[j] = int8_t(v[j] - 8);
+      sw[0] = sw[1] = f16_at(b);
+      return;
+    case WeightFormat::Q4_1:
+      nibbles32(b + 4, v);
+      for (int j = 0; j < 32; ++j) w[j] = int8_t(v[j]);
+      sw[0] = sw[1] = f16_at(b);
+      mw[0] = mw[1] = f16_at(b + 2);
+      return;
+    case WeightFormat::Q5_0:
+    case WeightFormat::Q5_1: {
+      const bool one = f == WeightFormat::Q5_1;
+      uint32_t qh;
+      std::memcpy(&qh, b + (one ? 4 : 2), 4);
+      nibbles32(b + (one ? 8 : 6), v);
+      for (int j = 0; j < 32; ++j) w[j] = int8_t((v[j] | (((qh >> j) & 1) << 4)) - (one ? 0 : 16));
+      sw[0] = sw[1] = f16_at(b);
+      if (one) mw[0] = mw[1] = f16_at(b + 2);
+      return;
+    }
+    case WeightFormat::Q8_0:
+      std::memcpy(w, b + 2, 32);
+      sw[0] = sw[1] = f16_at(b);
+      return;
+    case WeightFormat::IQ4_NL:
+      nibbles32(b + 2, v);
+      for (int j = 0; j < 32; ++j) w[j] = quant::kIq4nlValues[v[j]];
+      sw[0] = sw[1] = f16_at(b);
+      return;
+    case WeightFormat::Q2_K: {
+      // Half n = k / 4 of the block: 32 bytes of qs; shift 2 * (k % 4); scales 2k, 2k + 1.
+      const uint8_t* q = b + 16 + 32 * (k / 4);
+      const int shift = 2 * (k % 4);
+      for (int j = 0; j < 32; ++j) w[j] = int8_t((q[j] >> shift) & 3);
+      const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t sc = b[2 * k + h];
+        sw[h] = d * float(sc & 0x0F);
+        mw[h] = -(dmin * float(sc >> 4));
+      }
+      return;
+    }
+    case WeightFormat::Q3_K: {
+      const uint8_t* hmask = b;
+      const uint8_t* q = b + 32 + 32 * (k / 4);
+      const int shift = 2 * (k % 4);
+      const int m = 1 << k;
+      for (int j = 0; j < 32; ++j) w[j] = int8_t(((q[j] >> shift) & 3) - ((hmask[j] & m) ? 0 : 4));
+      int8_t scales[16];
+      quant::ggml_q3_k_scales(b + 96, scales);
+      const float d = f16_at(b + 108);
+      sw[0] = d * float(scales[2 * k]);
+      sw[1] = d * float(scales[2 * k + 1]);
+      return;
+    }
+    case WeightFormat::Q4_K:
+    case WeightFormat::Q5_K: {
+      const bool five = f == WeightFormat::Q5_K;
+      const uint8_t* ql = b + (five ? 48 : 16) + 32 * (k / 2);
+      const int shift = 4 * (k % 2);
+      for (int j = 0; j < 32; ++j) {
+        int x = (ql[j] >> shift) & 0x0F;
+        if (five) x |= ((b[16 + j] >> k) & 1) << 4;
+        w[j] = int8_t(x);
+      }
+      uint8_t sc, mn;
+      quant::ggml_k_scale_min(k, b + 4, &sc, &mn);
+      sw[0] = sw[1] = f16_at(b) * float(sc);
+      mw[0] = mw[1] = -(f16_at(b + 2) * float(mn));
+      return;
+    }
+    case WeightFormat::Q6_K: {
+      // Half n = k / 4 (128 elements): ql 64 bytes, qh 32 bytes; sub-block k % 4 of it.
+      const int n = k / 4, s = k % 4;
+      const uint8_t* ql = b + 64 * n + (s % 2) * 32;
+      const uint8_t* qh = b + 128 + 32 * n;
+      for (int j = 0; j < 32; ++j) {
+        const int low = (s < 2 ? ql[j] : ql[j] >> 4) & 0x0F;
+        const int high = (qh[j] >> (2 * s)) & 3;
+        w[j] = int8_t((low | (high << 4)) - 32);
+      }
+      const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+      const float d = f16_at(b + 208);
+      sw[0] = d * float(scales[2 * k]);
+      sw[1] = d * float(scales[2 * k + 1]);
+      return;
+    }
+    case WeightFormat::IQ4_XS: {
+      nibbles32(b + 8 + 16 * k, v);
+      for (int j = 0; j < 32; ++j) w[j] = quant::kIq4nlValues[v[j]];
+      sw[0] = sw[1] = f16_at(b) * float(quant::ggml_iq4_xs_scale(b, k) - 32);
+      return;
+    }
+    default:
+      throw Error(std::string("block kernels: format ") + quant::format_name(f) + " is not a ggml block format");
+  }
+}
+
+// Scalar tile: the canonical sum, one row and token at a time, block order.
+template <WeightFormat F>
+void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt,
+                 float* y, int64_t ldy) {
+  const auto& info = quant::format_info(F);
+  const int64_t K = a.K;
+  const int sub = int(info.block_elems / 32);
+  for (int r = 0; r < nr; ++r) {
+    const auto* row = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
+    for (int i = 0; i < nt; ++i) {
+      const int8_t* q = a.q_of(t0 + i);
+      const float* dx = a.d_of(t0 + i);
+      const float* hs = a.half_sums_of(t0 + i);
+      float acc = 0.0f;
+      for (int64_t c = 0; c < K / 32; ++c) {
+        int8_t w[32];
+        float sw[2], mw[2];
+        decode_block32(F, row + size_t(c / sub) * info.block_bytes, int(c % sub), w, sw, mw);
+        for (int h = 0; h < 2; ++h) {
+          int32_t isum = 0;
+          for (int j = 16 * h; j < 16 * h + 16; ++j) isum += int32_t(w[j]) * q[c * 32 + j];
+          acc += sw[h] * dx[c] * float(isum) + mw[h] * hs[2 * c + h];
+        }
+      }
+      y[(t0 + i) * ldy + r] = acc;
+    }
+  }
+}
+
+template <WeightFormat F>
+constexpr BlockTileFn scalar_tile_of() {
+  return tile_scalar<F>;
+}
+
+}  // namespace
+
+namespace detail {
+
+void decode_block_row_scalar(WeightFormat format, const void* row, int64_t n, int8_t* w, float* sw, float* mw) {
+  const auto& info = quant::format_info(format);
+  const int sub = int(info.block_elems / 32);
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  for (int64_t c = 0; c < n / 32; ++c)
+    decode_block32(format, bytes + size_t(c / sub) * info.block_bytes, int(c % sub), w + 32 * c, sw + 2 * c,
+                   mw + 2 * c);
+}
+
+BlockTileFn block_tile_scalar(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::Q4_0: return scalar_tile_of<WeightFormat::Q4_0>();
+    case WeightFormat::Q4_1: return scalar_tile_of<WeightFormat::Q4_1>();
+    case WeightFormat::Q5_0: return scalar_tile_of<WeightFormat::Q5_0>();
+    case WeightFormat::Q5_1: return scalar_tile_of<WeightFormat::Q5_1>();
+    case WeightFormat::Q8_0: return scalar_tile_of<WeightFormat::Q8_0>();
+    case WeightFormat::Q2_K: return scalar_tile_of<WeightFormat::Q2_K>();
+    case WeightFormat::Q3_K: return scalar_tile_of<WeightFormat::Q3_K>();
+    case WeightFormat::Q4_K: return scalar_tile_of<WeightFormat::Q4_K>();
+    case WeightFormat::Q5_K: return scalar_tile_of<WeightFormat::Q5_K>();
+    case WeightFormat::Q6_K: return scalar_tile_of<WeightFormat::Q6_K>();
+    case WeightFormat::IQ4_NL: return scalar_tile_of<WeightFormat::IQ4_NL>();
+    case WeightFormat::IQ4_XS: return scalar_tile_of<WeightFormat::IQ4_XS>();
+    default: return nullptr;
+  }
+}
+
+}  // namespace detail
+
+void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
+                                int32_t* lane_sums, Isa isa) {
+  if (isa != Isa::Scalar) return detail::quantize_block_activations_avx2(x, K, q, d, half_sums, lane_sums);
+  for (int64_t c = 0; c < K / 32; ++c) {
+    const float* v = x + 32 * c;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float dx = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int8_t* qc = q + 32 * c;
+    for (int j = 0; j < 32; ++j) qc[j] = int8_t(std::nearbyint(v[j] * id));  // to nearest even
+    d[c] = dx;
+    for (int h = 0; h < 2; ++h) {
+      int32_t s = 0;
+      for (int j = 16 * h; j < 16 * h + 16; ++j) s += qc[j];
+      half_sums[2 * c + h] = dx * float(s);
+    }
+    for (int l = 0; l < 8; ++l) lane_sums[8 * c + l] = qc[4 * l] + qc[4 * l + 1] + qc[4 * l + 2] + qc[4 * l + 3];
+  }
+}
+
+namespace {
+std::atomic<int> g_block_mode{-1};  // -1: not read from the environment yet
+}  // namespace
+
+BlockActivationMode block_activations() {
+  int v = g_block_mode.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("LUMEN_BLOCK_ACT");
+    const std::string name = env != nullptr ? env : "int8x2";
+    if (name == "int8") v = int(BlockActivationMode::Int8);
+    else if (name == "int8x2") v = int(BlockActivationMode::Int8x2);
+    else throw Error("LUMEN_BLOCK_ACT=" + in_quotes(name) + " is not one of: int8, int8x2");
+    g_block_mode.store(v, std::memory_order_relaxed);
+  }
+  return BlockActivationMode(v);
+}
+
+void set_block_activations(BlockActivationMode mode) { g_block_mode.store(int(mode), std::memory_order_relaxed); }
+
+const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T_in, int64_t K, Isa isa,
+                                                        BlockActivationMode mode) {
+  if (K % 32 != 0) throw Error("block kernels: " + std::to_string(K) + " columns are not whole 32-element blocks");
+  const bool split = mode == BlockActivationMode::Int8x2;
+  const int64_t T = split ? 2 * T_in : T_in;
+  auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
+  const size_t q_bytes = round64(size_t(T * K)), d_bytes = round64(size_t(T * (K / 32)) * 4),
+               h_bytes = round64(size_t(T * (K / 16)) * 4), l_bytes = round64(size_t(T * (K / 4)) * 4);
+  const size_t need = q_bytes + 2 * d_bytes + h_bytes + l_bytes + 64;
+  if (storage_.size() < need) storage_.resize(need);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage_.data()) + 63) & ~uintptr_t(63));
+  acts_.K = K;
+  acts_.T = T;
+  acts_.q = reinterpret_cast<int8_t*>(base);
+  acts_.d = reinterpret_cast<float*>(base + q_bytes);
+  acts_.half_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes);
+  acts_.lane_sums = reinterpret_cast<int32_t*>(base + q_bytes + d_bytes + h_bytes);
+  acts_.block_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes + h_bytes + l_bytes);
+  auto row = [&](const float* v, int64_t r) {
+    quantize_block_activations(v, K, acts_.q + r * K, acts_.d + r * (K / 32), acts_.half_sums + r * (K / 16),
+                               acts_.lane_sums + r * (K / 4), isa);
+    const int32_t* lanes = acts_.lane_sums + r * (K / 4);
+    for (int64_t c = 0; c < K / 32; ++c) {
+      int32_t s = 0;
+      for (int l = 0; l < 8; ++l) s += lanes[8 * c + l];
+      acts_.block_sums[r * (K / 32) + c] = acts_.d[r * (K / 32) + c] * float(s);
+    }
+  };
+  auto one = [&](int64_t t) {
+    const float* v = x + t * K;
+    if (!split) return row(v, t);
+    row(v, 2 * t);
+    // The residual in f32 by this (baseline-compiled) code whatever the ISA, so both halves
+    // are bit-identical on every ISA.
+    std::vector<float> residual(static_cast<size_t>(K));
+    const int8_t* q = acts_.q + 2 * t * K;
+    const float* d = acts_.d + 2 * t * (K / 32);
+    for (int64_t c = 0; c < K; ++c) residual[size_t(c)] = v[c] - float(q[c]) * d[c / 32];
+    row(residual.data(), 2 * t + 1);
+  };
+  if (T_in > 1) {
+    ThreadPool::global().parallel_for(T_in, [&](int64_t a, int64_t b) {
+      for (int64_t t = a; t < b; ++t) one(t);
+    });
+  } else if (T_in == 1) {
+    one(0);
+  }
+  return acts_;
+}
+
+namespace {
+
+BlockTileFn tile_for(WeightFormat format, Isa isa) {
+  BlockTileFn fn = nullptr;
+  if (isa == Isa::Avx512) fn = detail::block_tile_avx512(format);
+  if (!fn && isa != Isa::Scalar) fn = detail::block_tile_avx2(format);
+  if (!fn) fn = detail::block_tile_scalar(format);
+  return fn;
+}
+
+}  // namespace
+
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  block_matmul_isa(x, T, w, y, isa, block_activations());
+}
+
+void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w, float* y_out, Isa isa,
+                      BlockActivationMode mode) {
+  if (!quant::is_ggml_block_format(w.format))
+    throw Error(std::string("block kernels: format ") + quant::format_name(w.format) + " is not a ggml block format");
+  const int64_t K = w.cols, N = w.rows;
+  if (T_in <= 0 || N <= 0) return;
+  const BlockTileFn tile = tile_for(w.format, isa);
+  thread_local BlockActivationBuffer buffer;
+  const BlockActivations& acts = buffer.quantize(x, T_in, K, isa, mode);
+  // Split activations: the halves are rows 2t and 2t + 1; each block of rows writes them
+  // into a small per-thread buffer [2T, block rows] and adds them into y.
+  const bool split = mode == BlockActivationMode::Int8x2;
+  const int64_t T = acts.T;
+  const size_t row_bytes = w.row_bytes();
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
+  // Weight-stationary blocking for prefill: a block of rows (~128 KiB, stays in L2) meets
+  // every token group in turn, so the weights are read from memory once per call.
+  const int64_t block_groups =
+      std::max<int64_t>(1, int64_t(128 << 10) / int64_t(row_bytes * kBlockTileRows));
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<float> halves;
+    for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
+      const int64_t b1 = std::min(g1, b0 + block_groups);
+      const int64_t first_row = b0 * kBlockTileRows, rows = std::min(N, b1 * kBlockTileRows) - first_row;
+      if (split && halves.size() < size_t(T * rows)) halves.resize(size_t(T * rows));
+      // Output of row first_row + i, (virtual) token t: y[t * ldy + i].
+      float* y = split ? halves.data() : y_out + first_row;
+      const int64_t ldy = split ? rows : N;
+      for (int64_t t = 0; t < T; t += kBlockTileTokens) {
+        const int nt = int(std::min<int64_t>(kBlockTileTokens, T - t));
+        for (int64_t g = b0; g < b1; ++g) {
+          const int64_t r0 = g * kBlockTileRows;
+          const int nr = int(std::min<int64_t>(kBlockTileRows, N - r0));
+          tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + (r0 - first_row), ldy);
+        }
+      }
+      if (split)
+        for (int64_t t = 0; t < T_in; ++t)
+          for (int64_t i = 0; i < rows; ++i)
+            y_out[t * N + first_row + i] = y[2 * t * rows + i] + y[(2 * t + 1) * rows + i];
+    }
+  });
+}
+
+namespace {
+
+void block_matmul_entry(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  block_matmul_isa(x, T, w, y, isa);
+}
+
+void interleaved_matmul_entry(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  qmatmul_isa(x, T, w, y, isa);
+}
+
+void f32_matmul_entry(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  matmul_expanded(x, T, w, y, isa);
+}
+
+template <WeightFormat F>
+constexpr FormatKernels block_row() {
+  return {F, ActivationKind::Q8x32, {nullptr, nullptr, nullptr}, block_matmul_entry};
+}
+
+const FormatKernels kTable[quant::kWeightFormatCount] = {
+    {WeightFormat::F32, ActivationKind::F32, {}, f32_matmul_entry},
+    {WeightFormat::F16, ActivationKind::F32, {}, f32_matmul_entry},
+    {WeightFormat::BF16, ActivationKind::F32, {}, f32_matmul_entry},
+    block_row<WeightFormat::Q8_0>(),
+    block_row<WeightFormat::Q4_0>(),
+    block_row<WeightFormat::Q4_1>(),
+    block_row<WeightFormat::Q5_0>(),
+    block_row<WeightFormat::Q5_1>(),
+    block_row<WeightFormat::Q2_K>(),
+    block_row<WeightFormat::Q3_K>(),
+    block_row<WeightFormat::Q4_K>(),
+    block_row<WeightFormat::Q5_K>(),
+    block_row<WeightFormat::Q6_K>(),
+    block_row<WeightFormat::IQ4_NL>(),
+    block_row<WeightFormat::IQ4_XS>(),
+    {WeightFormat::Q4_0X4, ActivationKind::Q8Chunk, {}, interleaved_matmul_entry},
+    {WeightFormat::Q8_0X4, ActivationKind::Q8Chunk, {}, interleaved_matmul_entry},
+};
+
+// The tiles are filled in at first use (they live in other translation units).
+struct TableWithTiles {
+  FormatKernels rows[quant::kWeightFormatCount];
+  TableWithTiles() {
+    for (int f = 0; f < quant::kWeightFormatCount; ++f) {
+      rows[f] = kTable[f];
+      if (int(rows[f].format) != f) throw Error("kernels: format table out of order");
+      if (rows[f].activations == ActivationKind::Q8x32)
+        for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) rows[f].tile[int(isa)] = tile_for(WeightFormat(f), isa);
+    }
+  }
+};
+
+}  // namespace
+
+const FormatKernels& format_kernels(WeightFormat format) {
+  static const TableWithTiles table;
+  return table.rows[int(format)];
+}
+
+}  // namespace lumen::kernels

@@ -1,0 +1,135 @@
+// Matrix products against ggml's block formats as they are stored (Q4_0 ... IQ4_XS), without
+// expanding the weights to f32: the activations are quantized on the fly to int8 blocks of 32
+// (ggml's q8_0 idea), each 32-element block of a weight row is decoded in registers to 32
+// small integers plus one or two scales, and the block's product is an exact integer dot,
+// scaled in f32.
+//
+// The canonical arithmetic (what the scalar reference computes and every ISA must match):
+// a weight block b of 32 elements decodes to integers w[0..32) and, per 16-element half h,
+// a scale sw[h] and a "min" mw[h] (0 for the symmetric formats), so element j of half h is
+// sw[h] * w[j] + mw[h]. The activations of the same 32 columns are dx * q[j] (q int8). Then
+//   row · x = sum over blocks, halves of  sw[h] * dx * I[h] + mw[h] * S[h]
+// with I[h] = sum of w[j] * q[j] over the half (an exact integer) and S[h] = dx * sum of q[j]
+// (precomputed per token). Only the f32 summation order differs between ISAs.
+//
+// Formats (element values; see quant/ggml_blocks.h for the bytes):
+//   Q4_0 w = nibble - 8        Q4_1 w = nibble, mw = m      Q5_0 w = 5 bits - 16
+//   Q5_1 w = 5 bits, mw = m    Q8_0 w = q                   IQ4_NL w = kIq4nlValues[nibble]
+//   Q2_K w = 2 bits, sw = d*sc, mw = -dmin*m per 16         Q3_K w = 3 bits - 4, sw = d*(s-32) per 16
+//   Q4_K/Q5_K w = 4/5 bits, sw = d*sc, mw = -dmin*m per 32  Q6_K w = 6 bits - 32, sw = d*sc per 16
+//   IQ4_XS w = kIq4nlValues[nibble], sw = d*(ls-32) per 32
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "quant/weight_matrix.h"
+
+namespace lumen::kernels {
+
+// T tokens' activations quantized per 32-element block: per token K int8 values, K/32 scales
+// dx (max|x| / 127, values rounded to nearest even: bit-identical on every ISA), K/16 half
+// sums S = dx * (sum of q over 16 elements), the same over 32, and K/4 lane sums (sum of 4 consecutive q, the
+// correction for weights stored with an offset).
+struct BlockActivations {
+  int64_t K = 0;
+  int64_t T = 0;
+  int8_t* q = nullptr;           // [T, K], 64-byte aligned rows
+  float* d = nullptr;            // [T, K/32]
+  float* half_sums = nullptr;    // [T, K/16]
+  float* block_sums = nullptr;   // [T, K/32]: dx * (sum of q over the block)
+  int32_t* lane_sums = nullptr;  // [T, K/4]
+
+  const int8_t* q_of(int64_t t) const { return q + t * K; }
+  const float* d_of(int64_t t) const { return d + t * (K / 32); }
+  const float* half_sums_of(int64_t t) const { return half_sums + t * (K / 16); }
+  const float* block_sums_of(int64_t t) const { return block_sums + t * (K / 32); }
+  const int32_t* lane_sums_of(int64_t t) const { return lane_sums + t * (K / 4); }
+};
+
+// How the block kernels quantize activations.
+//   Int8:   x ~ dx * q, one int8 per element (ggml's q8_0).
+//   Int8x2: x ~ dx1 * q1 + dx2 * q2, q2 the int8 quantization of the residual x - dx1 * q1 at
+//           its own per-block scale (<= dx1 / 254): each token becomes two rows of
+//           activations (hi, lo) that go through the same tiles, and y = y_hi + y_lo. Twice
+//           the multiply-adds, the weights still read once; the activations' rounding then
+//           costs nothing measurable (Gemma's hidden states have per-block outliers that
+//           make single int8 lose ~1.7% perplexity on the 270M). The default.
+// LUMEN_BLOCK_ACT=int8|int8x2 chooses at start-up; set_block_activations() in tests.
+enum class BlockActivationMode { Int8, Int8x2 };
+BlockActivationMode block_activations();  // throws lumen::Error on a bad LUMEN_BLOCK_ACT
+void set_block_activations(BlockActivationMode mode);
+
+// Owns the storage of BlockActivations (reused across calls: grows, never shrinks).
+class BlockActivationBuffer {
+ public:
+  // Quantizes x [T, K] (K a multiple of 32) with the given ISA's code, over the pool for T > 1.
+  // Int8x2: 2T rows, token t's hi half in row 2t and lo half in row 2t + 1 (bit-identical on
+  // every ISA: the residual is formed by one baseline-compiled piece of code).
+  const BlockActivations& quantize(const float* x, int64_t T, int64_t K, Isa isa,
+                                   BlockActivationMode mode = BlockActivationMode::Int8);
+
+ private:
+  std::vector<std::byte> storage_;
+  BlockActivations acts_;
+};
+
+// One token's row x[0..K) into q, d, half sums and lane sums (the layouts above, one token).
+void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
+                                int32_t* lane_sums, Isa isa);
+
+// The tile every ISA provides per format: rows [r0, r0 + nr) of the matrix (row-major ggml
+// blocks, row_bytes apart) against tokens [t0, t0 + nt) of the activations; y[t * ldy + r]
+// for the tile's rows and tokens. nr <= kBlockTileRows, nt <= kBlockTileTokens.
+constexpr int kBlockTileRows = 4;
+constexpr int kBlockTileTokens = 4;
+using BlockTileFn = void (*)(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& acts,
+                             int64_t t0, int nt, float* y, int64_t ldy);
+
+// The activation type a weight format pairs with (a column of the format table).
+enum class ActivationKind {
+  F32,       // the f32 path: weights expanded, then dotted (f32, f16, the --exact reference)
+  Q8x32,     // int8 per 32-element block with half and lane sums (BlockActivations)
+  Q8Chunk,   // the X4 layouts' interleaved ActChunks (qmatmul.h)
+};
+
+// One row of the kernels' format table: how a weight format is multiplied on each ISA.
+struct FormatKernels {
+  quant::WeightFormat format;
+  ActivationKind activations;
+  // The per-ISA tiles (block formats; null elsewhere). An ISA without its own variant of a
+  // format points at the next lower ISA's.
+  BlockTileFn tile[3];
+  // y = x W^T for any T on the given ISA: decode (T = 1) and prefill tiling, threaded.
+  void (*matmul)(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa);
+};
+
+// The row of a format (every WeightFormat has one).
+const FormatKernels& format_kernels(quant::WeightFormat format);
+
+// y[t, r] = sum_c x[t, c] W[r, c] for a ggml block-format matrix on the given ISA, with the
+// activations as block_activations() says or as given.
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa);
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
+                      BlockActivationMode mode);
+
+namespace detail {
+// The decoded 32-element blocks of a row, the canonical integers and scales above:
+// w [n], sw and mw [n / 16]. The scalar reference; the SIMD decoders must agree bit for bit.
+void decode_block_row_scalar(quant::WeightFormat format, const void* row, int64_t n, int8_t* w, float* sw,
+                             float* mw);
+// The same with the ISA's SIMD decoders (tests). False when the ISA has no decoder for it.
+bool decode_block_row_avx2(quant::WeightFormat format, const void* row, int64_t n, int8_t* w, float* sw,
+                           float* mw);
+BlockTileFn block_tile_scalar(quant::WeightFormat format);
+BlockTileFn block_tile_avx2(quant::WeightFormat format);
+BlockTileFn block_tile_avx512(quant::WeightFormat format);
+// block_matmul_avx512.cpp's source built on SIMDe (unit tests on machines without AVX-512).
+BlockTileFn block_tile_avx512_emulated(quant::WeightFormat format);
+void quantize_block_activations_avx2(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
+                                     int32_t* lane_sums);
+}  // namespace detail
+
+}  // namespace lumen::kernels

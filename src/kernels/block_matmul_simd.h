@@ -1,0 +1,491 @@
+// The SIMD tiles of the block-format kernels (block_matmul.h), written once for 256-bit
+// registers and included by block_matmul_avx2.cpp (vpmaddubsw + vpmaddwd) and
+// block_matmul_avx512.cpp (AVX-512 VNNI's vpdpbusd on 256-bit registers, 32 of them, so the
+// tile is larger). LUMEN_BLOCK_VNNI selects the integer dot; everything else is shared.
+//
+// Per format a decoder turns 32-element sub-block k of a ggml block into 32 bytes in element
+// order, either unsigned with an offset (value = byte - kOffset; the offset is removed
+// exactly with the activations' lane sums) or, for the formats whose values span all of
+// int8 (Q8_0, IQ4), signed; plus the 8-lane scale vector [sw0 x 4, sw1 x 4] and, for the
+// formats with mins, the min term of a whole block.
+#pragma once
+
+#ifndef LUMEN_TEST_SIMDE_AVX512
+#include <immintrin.h>
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/block_matmul.h"
+#include "quant/ggml_blocks.h"
+
+// Internal linkage: each including file compiles this code for its own ISA, so the same
+// names must never be merged across translation units by the linker.
+namespace lumen::kernels::simd {
+namespace {
+
+using quant::WeightFormat;
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// 0xFF in byte j where bit j of the 32 bits at x is set.
+inline __m256i bytes_from_bits32(const uint8_t* x) {
+  uint32_t bits;
+  std::memcpy(&bits, x, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256 halves(float a, float b) { return _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a)); }
+inline __m256i iq4_lookup(__m256i nibbles) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues));
+  return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles);
+}
+
+template <WeightFormat F>
+struct Decoder;
+
+// --- 32-element formats: one sub-block per block ---------------------------------------
+
+template <>
+struct Decoder<WeightFormat::Q4_0> {
+  static constexpr int kOffset = 8;
+  static constexpr bool kSigned = false, kHasMin = false;
+  struct Ctx { float d; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) { return nibbles32(b + 2); }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+template <>
+struct Decoder<WeightFormat::Q4_1> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = false, kHasMin = true;
+  struct Ctx { float d, m; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b), c.m = f16(b + 2); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) { return nibbles32(b + 4); }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx& c, int, int) { return c.m; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) {
+    acc = _mm256_add_ps(acc, _mm256_setr_ps(c.m * s32[0], 0, 0, 0, 0, 0, 0, 0));
+  }
+};
+
+template <>
+struct Decoder<WeightFormat::Q5_0> {
+  static constexpr int kOffset = 16;
+  static constexpr bool kSigned = false, kHasMin = false;
+  struct Ctx { float d; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) {
+    const __m256i high = _mm256_and_si256(bytes_from_bits32(b + 2), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles32(b + 6), high);
+  }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+template <>
+struct Decoder<WeightFormat::Q5_1> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = false, kHasMin = true;
+  struct Ctx { float d, m; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b), c.m = f16(b + 2); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) {
+    const __m256i high = _mm256_and_si256(bytes_from_bits32(b + 4), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles32(b + 8), high);
+  }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx& c, int, int) { return c.m; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) {
+    acc = _mm256_add_ps(acc, _mm256_setr_ps(c.m * s32[0], 0, 0, 0, 0, 0, 0, 0));
+  }
+};
+
+template <>
+struct Decoder<WeightFormat::Q8_0> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = true, kHasMin = false;
+  struct Ctx { float d; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) { return load256(b + 2); }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+template <>
+struct Decoder<WeightFormat::IQ4_NL> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = true, kHasMin = false;
+  struct Ctx { float d; };
+  static void prepare(const uint8_t* b, Ctx& c) { c.d = f16(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int) { return iq4_lookup(nibbles32(b + 2)); }
+  static __m256 scales(const Ctx& c, int) { return _mm256_set1_ps(c.d); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+// --- 256-element super-blocks: 8 sub-blocks of 32 ---------------------------------------
+
+template <>
+struct Decoder<WeightFormat::Q2_K> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = false, kHasMin = true;
+  struct Ctx { float sw[16], mw[16]; };
+  static void prepare(const uint8_t* b, Ctx& c) {
+    const float d = f16(b + 80), dmin = f16(b + 82);
+    for (int i = 0; i < 16; ++i) {
+      c.sw[i] = d * float(b[i] & 0x0F);
+      c.mw[i] = -(dmin * float(b[i] >> 4));
+    }
+  }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) {
+    const __m256i q = load256(b + 16 + 32 * (k / 4));
+    return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
+  }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static float min_half(const Ctx& c, int k, int h) { return c.mw[2 * k + h]; }
+  static void add_mins(const Ctx& c, const float* hs, const float*, __m256& acc) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(c.mw), _mm256_loadu_ps(hs), acc);
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(c.mw + 8), _mm256_loadu_ps(hs + 8), acc);
+  }
+};
+
+template <>
+struct Decoder<WeightFormat::Q3_K> {
+  static constexpr int kOffset = 4;
+  static constexpr bool kSigned = false, kHasMin = false;
+  struct Ctx { float sw[16]; };
+  static void prepare(const uint8_t* b, Ctx& c) {
+    int8_t s[16];
+    quant::ggml_q3_k_scales(b + 96, s);
+    const float d = f16(b + 108);
+    for (int i = 0; i < 16; ++i) c.sw[i] = d * float(s[i]);
+  }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) {
+    const __m256i q = load256(b + 32 + 32 * (k / 4));
+    const __m256i low = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
+    const __m256i m = _mm256_set1_epi8(char(1 << k));
+    const __m256i hbit = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b), m), m);
+    return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(4)));
+  }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (ggml's get_scale_min_k4).
+struct KScalesMins {
+  float sw[8], mw[8];
+  void load(const uint8_t* b) {
+    const float d = f16(b), dmin = f16(b + 2);
+    const uint8_t* q = b + 4;
+    for (int j = 0; j < 4; ++j) {
+      sw[j] = d * float(q[j] & 63);
+      mw[j] = -(dmin * float(q[j + 4] & 63));
+      sw[j + 4] = d * float((q[j + 8] & 0x0F) | ((q[j] >> 6) << 4));
+      mw[j + 4] = -(dmin * float((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4)));
+    }
+  }
+  void add_mins(const float* s32, __m256& acc) const {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(mw), _mm256_loadu_ps(s32), acc);
+  }
+};
+
+template <>
+struct Decoder<WeightFormat::Q4_K> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = false, kHasMin = true;
+  using Ctx = KScalesMins;
+  static void prepare(const uint8_t* b, Ctx& c) { c.load(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) {
+    const __m256i q = load256(b + 16 + 32 * (k / 2));
+    return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+  }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
+};
+
+template <>
+struct Decoder<WeightFormat::Q5_K> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = false, kHasMin = true;
+  using Ctx = KScalesMins;
+  static void prepare(const uint8_t* b, Ctx& c) { c.load(b); }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) {
+    const __m256i q = load256(b + 48 + 32 * (k / 2));
+    const __m256i low = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+    const __m256i m = _mm256_set1_epi8(char(1 << k));
+    const __m256i hbit = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b + 16), m), m);
+    return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(0x10)));
+  }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
+  static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
+};
+
+template <>
+struct Decoder<WeightFormat::Q6_K> {
+  static constexpr int kOffset = 32;
+  static constexpr bool kSigned = false, kHasMin = false;
+  struct Ctx { float sw[16]; };
+  static void prepare(const uint8_t* b, Ctx& c) {
+    const float d = f16(b + 208);
+    const auto* s = reinterpret_cast<const int8_t*>(b + 192);
+    for (int i = 0; i < 16; ++i) c.sw[i] = d * float(s[i]);
+  }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) {
+    const int n = k / 4, s = k % 4;
+    const __m256i ql = load256(b + 64 * n + 32 * (s % 2));
+    const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+    const __m256i qh = load256(b + 128 + 32 * n);
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+template <>
+struct Decoder<WeightFormat::IQ4_XS> {
+  static constexpr int kOffset = 0;
+  static constexpr bool kSigned = true, kHasMin = false;
+  struct Ctx { float sw[8]; };
+  static void prepare(const uint8_t* b, Ctx& c) {
+    const float d = f16(b);
+    for (int j = 0; j < 8; ++j) c.sw[j] = d * float(quant::ggml_iq4_xs_scale(b, j) - 32);
+  }
+  static __m256i weights(const uint8_t* b, const Ctx&, int k) { return iq4_lookup(nibbles32(b + 8 + 16 * k)); }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static float min_half(const Ctx&, int, int) { return 0.0f; }
+  static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
+};
+
+// --- the tile ------------------------------------------------------------------------------
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One row's 32 weight bytes, prepared once for every token of the tile.
+template <class D>
+struct RowWeights {
+  __m256i u;   // unsigned bytes (VNNI: signed formats shifted by 128)
+  __m256i w;   // AVX2 signed formats: the signed values (for the sign trick)
+};
+
+template <class D>
+inline RowWeights<D> prepare_row(__m256i raw) {
+  RowWeights<D> r;
+#ifdef LUMEN_BLOCK_VNNI
+  r.u = D::kSigned ? _mm256_xor_si256(raw, _mm256_set1_epi8(char(0x80))) : raw;
+  r.w = raw;
+#else
+  r.w = raw;
+  r.u = D::kSigned ? _mm256_sign_epi8(raw, raw) : raw;
+#endif
+  return r;
+}
+
+// Integer dot of a row's 32 weight bytes with a token's 32 activation bytes: 8 int32 lanes of
+// 4 products each. `corr` is the token's lane sums times -offset (correction_offset).
+template <class D>
+inline __m256i int_dot(const RowWeights<D>& rw, __m256i x, __m256i corr) {
+#ifdef LUMEN_BLOCK_VNNI
+  return _mm256_dpbusd_epi32(corr, rw.u, x);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (D::kSigned) {
+    (void)corr;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(rw.u, _mm256_sign_epi8(x, rw.w)), ones);
+  } else if constexpr (D::kOffset != 0) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(rw.u, x), ones), corr);
+  } else {
+    (void)corr;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(rw.u, x), ones);
+  }
+#endif
+}
+
+// The correction a token's lane sums give a format: -offset * lane sum (offset 128 for the
+// signed formats on VNNI, which multiplies them as unsigned).
+template <class D>
+constexpr int correction_offset() {
+#ifdef LUMEN_BLOCK_VNNI
+  return D::kSigned ? 128 : D::kOffset;
+#else
+  return D::kSigned ? 0 : D::kOffset;
+#endif
+}
+
+constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
+
+template <WeightFormat F, int R, int NT>
+void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                int64_t ldy) {
+  using D = Decoder<F>;
+  const auto& info = quant::format_info(F);
+  const int sub = int(info.block_elems / 32);
+  const int64_t blocks = a.K / info.block_elems;
+  constexpr int kCorr = correction_offset<D>();
+  const uint8_t* row[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) row[r] = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
+  const int8_t* q[NT];
+  const float* dx[NT];
+  const float* hs[NT];
+  const float* s32[NT];
+  const int32_t* lanes[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q_of(t0 + t);
+    dx[t] = a.d_of(t0 + t);
+    hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
+    lanes[t] = a.lane_sums_of(t0 + t);
+  }
+  __m256 acc[R][NT];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    typename D::Ctx ctx[R];
+    const uint8_t* blk[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      blk[r] = row[r] + size_t(sb) * info.block_bytes;
+      D::prepare(blk[r], ctx[r]);
+    }
+    for (int k = 0; k < sub; ++k) {
+      const int64_t c = sb * sub + k;
+      RowWeights<D> rw[R];
+      __m256 sw[R];
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        rw[r] = prepare_row<D>(D::weights(blk[r], ctx[r], k));
+        sw[r] = D::scales(ctx[r], k);
+      }
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
+        __m256i corr = _mm256_setzero_si256();
+        if constexpr (kCorr != 0) {
+          const __m256i l = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[t] + 8 * c));
+          corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(l, log2_of(kCorr)));
+        }
+        const __m256 d = _mm256_set1_ps(dx[t][c]);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256 prod = _mm256_cvtepi32_ps(int_dot<D>(rw[r], x, corr));
+          acc[r][t] = _mm256_fmadd_ps(prod, _mm256_mul_ps(sw[r], d), acc[r][t]);
+        }
+      }
+    }
+    if constexpr (D::kHasMin) {  // the min terms join the lanes of the same accumulator
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 2 * sb * sub, s32[t] + sb * sub, acc[r][t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
+}
+
+// The driver's tile: up to kBlockTileRows x kBlockTileTokens, from sub-tiles of kRows x
+// kTokens (the ISA's register budget), kBlockTileRows x 1 or 2 for one token (decode; two with
+// split activations) so each weight block is decoded once per tile, single rows at the edges.
+template <WeightFormat F, int R, int kTokens>
+void tile_rows(const std::byte* p, size_t row_bytes, const BlockActivations& a, int64_t t0, int nt, float* y,
+               int64_t ldy) {
+  int t = 0;
+  for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, R, kTokens>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t + 2 <= nt; t += 2) tile_fixed<F, R, 2>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t < nt; ++t) tile_fixed<F, R, 1>(p, row_bytes, a, t0 + t, y, ldy);
+}
+
+template <WeightFormat F, int kRows, int kTokens>
+void tile(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt, float* y,
+          int64_t ldy) {
+  if (nt <= 2 && nr == kBlockTileRows) return tile_rows<F, kBlockTileRows, 2>(rows, row_bytes, a, t0, nt, y, ldy);
+  int r = 0;
+  for (; r + kRows <= nr; r += kRows)
+    tile_rows<F, kRows, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
+  for (; r < nr; ++r) tile_rows<F, 1, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
+}
+
+template <int kRows, int kTokens>
+BlockTileFn tile_of(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::Q4_0: return tile<WeightFormat::Q4_0, kRows, kTokens>;
+    case WeightFormat::Q4_1: return tile<WeightFormat::Q4_1, kRows, kTokens>;
+    case WeightFormat::Q5_0: return tile<WeightFormat::Q5_0, kRows, kTokens>;
+    case WeightFormat::Q5_1: return tile<WeightFormat::Q5_1, kRows, kTokens>;
+    case WeightFormat::Q8_0: return tile<WeightFormat::Q8_0, kRows, kTokens>;
+    case WeightFormat::Q2_K: return tile<WeightFormat::Q2_K, kRows, kTokens>;
+    case WeightFormat::Q3_K: return tile<WeightFormat::Q3_K, kRows, kTokens>;
+    case WeightFormat::Q4_K: return tile<WeightFormat::Q4_K, kRows, kTokens>;
+    case WeightFormat::Q5_K: return tile<WeightFormat::Q5_K, kRows, kTokens>;
+    case WeightFormat::Q6_K: return tile<WeightFormat::Q6_K, kRows, kTokens>;
+    case WeightFormat::IQ4_NL: return tile<WeightFormat::IQ4_NL, kRows, kTokens>;
+    case WeightFormat::IQ4_XS: return tile<WeightFormat::IQ4_XS, kRows, kTokens>;
+    default: return nullptr;
+  }
+}
+
+// Row decode for the tests: the canonical integers and scales, from the SIMD decoders.
+template <WeightFormat F>
+void decode_row(const void* row, int64_t n, int8_t* w, float* sw, float* mw) {
+  using D = Decoder<F>;
+  const auto& info = quant::format_info(F);
+  const int sub = int(info.block_elems / 32);
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  for (int64_t sb = 0; sb < n / info.block_elems; ++sb) {
+    const uint8_t* b = bytes + size_t(sb) * info.block_bytes;
+    typename D::Ctx ctx;
+    D::prepare(b, ctx);
+    for (int k = 0; k < sub; ++k) {
+      const int64_t c = sb * sub + k;
+      __m256i v = D::weights(b, ctx, k);
+      if constexpr (!D::kSigned && D::kOffset != 0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(char(D::kOffset)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 32 * c), v);
+      alignas(32) float s[8];
+      _mm256_store_ps(s, D::scales(ctx, k));
+      sw[2 * c] = s[0];
+      sw[2 * c + 1] = s[4];
+      mw[2 * c] = D::min_half(ctx, k, 0);
+      mw[2 * c + 1] = D::min_half(ctx, k, 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lumen::kernels::simd

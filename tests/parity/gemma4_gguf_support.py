@@ -1,0 +1,123 @@
+"""Cached tiny Gemma 4 GGUF files for the gemma4 GGUF tests.
+
+A tiny checkpoint made by transformers (tools/make_tiny_gemma4.py, cached by conftest.model_dir)
+gets a tiny Gemma 4 tokenizer (tools/gemma4_gguf.py tokenizer) in a folder of its own; that
+folder is converted as llama.cpp's converter does (tools/gemma4_gguf.py convert: F32, F16, BF16,
+Q8_0) and quantized by llama.cpp's own quantizer (llama-cpp-python's llama_model_quantize) from
+the F32 file. `dequantized_dir` is the f32 checkpoint of exactly a GGUF's numbers, which
+transformers runs as the reference. Everything lives under LUMEN_WORK_DIR/gemma4_gguf, keyed by
+the sources of both tools and the library versions.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from conftest import TOOLS, _locked, model_dir, work_dir  # noqa: F401  (TOOLS: for the tests)
+
+import gemma4_gguf as g4  # noqa: E402
+
+logging.getLogger("gguf").setLevel(logging.ERROR)  # the converter's "Duplicated key" notices
+
+CONVERTER_TYPES = ["F32", "F16", "BF16", "Q8_0"]  # convert_hf_to_gguf.py --outtype
+QUANTIZER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M",
+                   "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"]  # llama_model_quantize from F32
+
+
+def _stamp() -> str:
+    import gguf
+    import torch
+    import transformers
+
+    h = hashlib.sha256()
+    for tool in ("gemma4_gguf.py", "make_tiny_gemma4.py"):
+        h.update((TOOLS / tool).read_bytes())
+    h.update(f"{torch.__version__} {transformers.__version__} {getattr(gguf, '__version__', '')}".encode())
+    try:
+        import llama_cpp
+
+        h.update(llama_cpp.__version__.encode())
+    except ImportError:
+        pass
+    return h.hexdigest()[:16]
+
+
+def _cached(path: Path, build) -> Path:
+    """path, built by build(tmp_path) once per stamp (a file or a folder)."""
+    stamp_file = path.with_name(path.name + ".stamp")
+    stamp = _stamp()
+    with _locked(path.with_name(f".{path.name}.lock")):
+        if path.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+            return path
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            tmp.unlink()
+        build(tmp)
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        os.replace(tmp, path)
+        stamp_file.write_text(stamp)
+    return path
+
+
+def root() -> Path:
+    d = work_dir() / "gemma4_gguf"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def hf_dir(preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """The checkpoint (links to the cached one) plus the tiny Gemma 4 tokenizer."""
+    src = model_dir(preset, seed=seed, dtype="float32")
+
+    def build(tmp: Path):
+        tmp.mkdir(parents=True)
+        for f in list(src.glob("*.safetensors")) + [src / "config.json"]:
+            (tmp / f.name).symlink_to(f.resolve())
+        g4.write_tokenizer(tmp)
+
+    return _cached(root() / f"{preset}-s{seed}-hf", build)
+
+
+def gguf_file(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """The tiny model as a GGUF of `qtype`: a converter output type, or a llama.cpp quantization
+    (from the F32 file) when it is not one (Q8_0 is both: 'Q8_0' is the converter's,
+    'Q8_0-quantize' llama.cpp's)."""
+    if qtype in CONVERTER_TYPES:
+        return _cached(root() / f"{preset}-s{seed}-{qtype}.gguf",
+                       lambda tmp: g4.convert(hf_dir(preset, seed), tmp, qtype.lower()))
+    base = qtype.removesuffix("-quantize")
+    f32 = gguf_file("F32", preset, seed)
+    return _cached(root() / f"{preset}-s{seed}-{qtype}.gguf", lambda tmp: g4.quantize(f32, tmp, base))
+
+
+def dequantized_dir(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """The f32 checkpoint of exactly the numbers of gguf_file(qtype), with the tokenizer."""
+    path = gguf_file(qtype, preset, seed)
+
+    def build(tmp: Path):
+        g4.dequantize(path, hf_dir(preset, seed), tmp)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(hf_dir(preset, seed) / name, tmp / name)
+
+    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized", build)
+
+
+def dequantized_gguf(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
+    """An F32 GGUF of exactly the numbers of gguf_file(qtype)."""
+    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized-F32.gguf",
+                   lambda tmp: g4.convert(dequantized_dir(qtype, preset, seed), tmp, "f32"))
+
+
+def have_llama_cpp() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True

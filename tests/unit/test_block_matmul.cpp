@@ -1,0 +1,293 @@
+// The block-format kernels (kernels/block_matmul.h): every ISA against the scalar reference on
+// odd sizes (the integer parts bit for bit: activation quantization and weight decoding), the
+// scalar reference against the exact dequantized product, and the format table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "ggml_random_blocks.h"
+#include "kernels/block_matmul.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "quant/ggml_blocks.h"
+#include "quant/weight_matrix.h"
+
+using namespace lumen;
+using quant::WeightFormat;
+
+namespace {
+
+const WeightFormat kBlockFormats[] = {WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0,
+                                      WeightFormat::Q5_1, WeightFormat::Q8_0, WeightFormat::Q2_K,
+                                      WeightFormat::Q3_K, WeightFormat::Q4_K, WeightFormat::Q5_K,
+                                      WeightFormat::Q6_K, WeightFormat::IQ4_NL, WeightFormat::IQ4_XS};
+
+std::vector<kernels::Isa> simd_isas() {
+  std::vector<kernels::Isa> out;
+  for (auto isa : {kernels::Isa::Avx2, kernels::Isa::Avx512})
+    if (kernels::cpu_supports(isa)) out.push_back(isa);
+  return out;
+}
+
+// Activations with a spread of magnitudes and a few outliers (as in real hidden states).
+std::vector<float> activations(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = normal(rng);
+  for (int64_t i = 0; i < n; i += 37) x[size_t(i)] *= 20.0f;
+  if (n > 5) x[5] = 0.0f;
+  return x;
+}
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  quant::WeightMatrix w;
+};
+
+Matrix random_matrix(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed) {
+  Matrix m;
+  const auto& info = quant::format_info(f);
+  // Scales of magnitude <= ~1/16 keep the sums of hundreds of products moderate.
+  m.bytes = test_blocks::random_blocks(f, rows * cols / info.block_elems, seed, 12);
+  m.w = {f, rows, cols, m.bytes.data()};
+  return m;
+}
+
+std::string name_of(WeightFormat f) { return quant::format_name(f); }
+
+}  // namespace
+
+TEST(BlockKernels, ActivationQuantizationIsBitIdenticalOnEveryIsa) {
+  for (int64_t K : {32, 96, 288, 1024}) {
+    const auto x = activations(K, uint32_t(K));
+    std::vector<int8_t> q0(static_cast<size_t>(K)), q1(static_cast<size_t>(K));
+    std::vector<float> d0(static_cast<size_t>(K / 32)), d1(d0.size()), h0(static_cast<size_t>(K / 16)), h1(h0.size());
+    std::vector<int32_t> l0(static_cast<size_t>(K / 4)), l1(l0.size());
+    kernels::quantize_block_activations(x.data(), K, q0.data(), d0.data(), h0.data(), l0.data(), kernels::Isa::Scalar);
+    // The scalar reference itself: |x - d q| <= d / 2 and the sums are the sums of q.
+    for (int64_t c = 0; c < K / 32; ++c) {
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) {
+        const float v = x[size_t(32 * c + j)];
+        EXPECT_LE(std::fabs(v - d0[size_t(c)] * q0[size_t(32 * c + j)]), d0[size_t(c)] * 0.5001f);
+        s += q0[size_t(32 * c + j)];
+      }
+      EXPECT_NEAR(h0[size_t(2 * c)] + h0[size_t(2 * c + 1)], d0[size_t(c)] * float(s), 1e-6f * d0[size_t(c)] * 512);
+    }
+    for (auto isa : simd_isas()) {
+      kernels::quantize_block_activations(x.data(), K, q1.data(), d1.data(), h1.data(), l1.data(), isa);
+      EXPECT_EQ(q0, q1) << kernels::isa_name(isa) << " K " << K;
+      EXPECT_EQ(std::memcmp(d0.data(), d1.data(), d0.size() * 4), 0) << kernels::isa_name(isa);
+      EXPECT_EQ(std::memcmp(h0.data(), h1.data(), h0.size() * 4), 0) << kernels::isa_name(isa);
+      EXPECT_EQ(l0, l1) << kernels::isa_name(isa);
+    }
+  }
+}
+
+// The canonical integers (w, sw, mw) reproduce ggml's dequantization: sw * w + mw == the
+// reference value (up to f32 rounding of one multiply-add), for every format.
+TEST(BlockKernels, CanonicalDecodingReproducesDequantization) {
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    const int64_t n = 2 * std::max<int64_t>(info.block_elems, 64);
+    const auto bytes = test_blocks::random_blocks(f, n / info.block_elems, 11);
+    std::vector<int8_t> w(static_cast<size_t>(n));
+    std::vector<float> sw(static_cast<size_t>(n / 16)), mw(static_cast<size_t>(n / 16)), ref(static_cast<size_t>(n));
+    kernels::detail::decode_block_row_scalar(f, bytes.data(), n, w.data(), sw.data(), mw.data());
+    quant::dequantize_ggml_row(info.ggml_type, bytes.data(), n, ref.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float got = sw[size_t(i / 16)] * float(w[size_t(i)]) + mw[size_t(i / 16)];
+      EXPECT_NEAR(got, ref[size_t(i)], 1e-6f * (std::fabs(ref[size_t(i)]) + std::fabs(mw[size_t(i / 16)])))
+          << name_of(f) << " element " << i;
+    }
+  }
+}
+
+TEST(BlockKernels, SimdDecodingIsBitIdenticalToScalar) {
+  if (!kernels::cpu_supports(kernels::Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    const int64_t n = 3 * info.block_elems;
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      const auto bytes = test_blocks::random_blocks(f, 3, seed);
+      std::vector<int8_t> w0(static_cast<size_t>(n)), w1(static_cast<size_t>(n));
+      std::vector<float> s0(static_cast<size_t>(n / 16)), s1(s0.size()), m0(s0.size()), m1(s0.size());
+      kernels::detail::decode_block_row_scalar(f, bytes.data(), n, w0.data(), s0.data(), m0.data());
+      ASSERT_TRUE(kernels::detail::decode_block_row_avx2(f, bytes.data(), n, w1.data(), s1.data(), m1.data()));
+      EXPECT_EQ(w0, w1) << name_of(f) << " seed " << seed;
+      EXPECT_EQ(std::memcmp(s0.data(), s1.data(), s0.size() * 4), 0) << name_of(f);
+      for (size_t i = 0; i < m0.size(); ++i) EXPECT_EQ(m0[i], m1[i]) << name_of(f) << " half " << i;  // -0 == +0
+    }
+  }
+}
+
+// The scalar reference equals a double-precision sum over the dequantized weights and the
+// dequantized activations (dx * q): the decomposition loses nothing but f32 rounding.
+TEST(BlockKernels, ScalarReferenceIsTheDequantizedProduct) {
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    const int64_t rows = 5, cols = 3 * std::max<int64_t>(info.block_elems, 64), T = 3;
+    const Matrix m = random_matrix(f, rows, cols, 21);
+    const auto x = activations(T * cols, 7);
+    std::vector<float> y(static_cast<size_t>(T * rows));
+    kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar, kernels::BlockActivationMode::Int8);
+    kernels::BlockActivationBuffer buf;
+    const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::dequantize_row(m.w, r, row.data());
+      for (int64_t t = 0; t < T; ++t) {
+        double sum = 0.0, mag = 0.0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double xv = double(a.d_of(t)[c / 32]) * a.q_of(t)[c];
+          sum += double(row[size_t(c)]) * xv;
+          mag += std::fabs(double(row[size_t(c)]) * xv);
+        }
+        EXPECT_NEAR(y[size_t(t * rows + r)], sum, 2e-6 * mag + 1e-30) << name_of(f) << " row " << r << " token " << t;
+      }
+    }
+  }
+}
+
+// Every ISA's tiles against the scalar reference on odd sizes: rows not a multiple of the
+// tile, token counts not a multiple of the tile, 1 to 3 blocks per row.
+TEST(BlockKernels, EveryIsaMatchesTheScalarReferenceOnOddSizes) {
+  const auto isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  struct Shape { int64_t rows, blocks, T; };
+  const Shape shapes[] = {{1, 1, 1}, {5, 1, 3}, {7, 3, 2}, {13, 2, 5}, {4, 3, 17}, {9, 1, 1}, {3, 2, 9}};
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    for (const Shape& s : shapes) {
+      const int64_t cols = s.blocks * std::max<int64_t>(info.block_elems, 32) * (info.block_elems == 32 ? 3 : 1);
+      const Matrix m = random_matrix(f, s.rows, cols, uint64_t(s.rows * 100 + s.T));
+      const auto x = activations(s.T * cols, uint32_t(cols + s.T));
+      for (auto mode : {kernels::BlockActivationMode::Int8, kernels::BlockActivationMode::Int8x2}) {
+      std::vector<float> want(static_cast<size_t>(s.T * s.rows)), got(want.size());
+      kernels::block_matmul_isa(x.data(), s.T, m.w, want.data(), kernels::Isa::Scalar, mode);
+      // The scale of the f32 rounding: the largest output of the same activations against |W|.
+      float scale = 0.0f;
+      for (float v : want) scale = std::max(scale, std::fabs(v));
+      for (auto isa : isas) {
+        std::fill(got.begin(), got.end(), std::nanf(""));
+        kernels::block_matmul_isa(x.data(), s.T, m.w, got.data(), isa, mode);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5f * scale + 1e-30f)
+              << name_of(f) << " on " << kernels::isa_name(isa) << ", rows " << s.rows << " cols " << cols << " T "
+              << s.T << ", output " << i << (mode == kernels::BlockActivationMode::Int8x2 ? ", split" : "");
+      }
+      }
+    }
+  }
+}
+
+#ifdef LUMEN_TEST_SIMDE_AVX512
+// The AVX-512 tiles' own source (VNNI through SIMDe) against the scalar tiles, on machines
+// without AVX-512 (with it, EveryIsaMatchesTheScalarReferenceOnOddSizes runs them natively).
+TEST(BlockKernels, EmulatedAvx512TilesMatchTheScalarReference) {
+  if (!kernels::cpu_supports(kernels::Isa::Avx2)) GTEST_SKIP() << "SIMDe is built on AVX2 here";
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    for (int64_t rows : {1, 3, 4, 7})
+      for (int64_t T : {1, 2, 4, 5}) {
+        const int64_t cols = 2 * std::max<int64_t>(info.block_elems, 64);
+        const Matrix m = random_matrix(f, rows, cols, uint64_t(rows * 10 + T));
+        const auto x = activations(T * cols, uint32_t(T));
+        kernels::BlockActivationBuffer buf;
+        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
+        std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), std::nanf(""));
+        const size_t rb = m.w.row_bytes();
+        const auto* base = reinterpret_cast<const std::byte*>(m.bytes.data());
+        auto scalar = kernels::detail::block_tile_scalar(f), emulated = kernels::detail::block_tile_avx512_emulated(f);
+        for (int64_t r = 0; r < rows; r += kernels::kBlockTileRows)
+          for (int64_t t = 0; t < T; t += kernels::kBlockTileTokens) {
+            const int nr = int(std::min<int64_t>(kernels::kBlockTileRows, rows - r));
+            const int nt = int(std::min<int64_t>(kernels::kBlockTileTokens, T - t));
+            scalar(base + r * rb, rb, nr, a, t, nt, want.data() + r, rows);
+            emulated(base + r * rb, rb, nr, a, t, nt, got.data() + r, rows);
+          }
+        float scale = 0.0f;
+        for (float v : want) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << name_of(f) << " rows " << rows << " T " << T << " output " << i;
+      }
+  }
+}
+#endif
+
+// The fast path against the exact f32 path through kernels::matmul: the only difference is
+// the activations' rounding (int8: a few percent here; split int8x2: 50x less).
+TEST(BlockKernels, FastPathIsCloseToTheExactPath) {
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    const int64_t rows = 6, cols = 2 * std::max<int64_t>(info.block_elems, 128), T = 2;
+    const Matrix m = random_matrix(f, rows, cols, 5);
+    const auto x = activations(T * cols, 3);
+    std::vector<float> int8(static_cast<size_t>(T * rows)), split(int8.size()), exact(int8.size());
+    kernels::set_block_activations(kernels::BlockActivationMode::Int8);
+    kernels::matmul(x.data(), T, m.w, int8.data());
+    kernels::set_block_activations(kernels::BlockActivationMode::Int8x2);
+    kernels::matmul(x.data(), T, m.w, split.data());
+    kernels::set_exact_matmul(true);
+    kernels::matmul(x.data(), T, m.w, exact.data());
+    kernels::set_exact_matmul(false);
+    auto rel_error = [&](const std::vector<float>& got) {
+      double err = 0.0, norm = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += double(got[i] - exact[i]) * (got[i] - exact[i]);
+        norm += double(exact[i]) * exact[i];
+      }
+      EXPECT_GT(norm, 0.0) << name_of(f);
+      return std::sqrt(err / norm);
+    };
+    EXPECT_LT(rel_error(int8), 0.05) << name_of(f);
+    // The residual half is ~254x finer: what is left is f32 rounding and lo's own rounding.
+    EXPECT_LT(rel_error(split), rel_error(int8) / 50) << name_of(f);
+  }
+}
+
+TEST(BlockKernels, SplitActivationsAreHiThenResidual) {
+  const int64_t K = 96;
+  const auto x = activations(K, 5);
+  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2}) {
+    if (!kernels::cpu_supports(isa)) continue;
+    kernels::BlockActivationBuffer single, pair;
+    const auto& a = single.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8);
+    const auto& b = pair.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8x2);
+    ASSERT_EQ(b.T, 2);
+    EXPECT_EQ(std::memcmp(a.q_of(0), b.q_of(0), size_t(K)), 0);  // hi = single int8 exactly
+    for (int64_t c = 0; c < K; ++c) {
+      const float hi = b.d_of(0)[c / 32] * b.q_of(0)[c], lo = b.d_of(1)[c / 32] * b.q_of(1)[c];
+      EXPECT_LE(std::fabs(x[size_t(c)] - hi - lo), b.d_of(0)[c / 32] / 254 + 1e-6f) << c;
+    }
+  }
+  setenv("LUMEN_BLOCK_ACT", "int16", 1);
+  kernels::set_block_activations(kernels::BlockActivationMode(-1));
+  EXPECT_THROW(kernels::block_activations(), Error);
+  unsetenv("LUMEN_BLOCK_ACT");
+  kernels::set_block_activations(kernels::BlockActivationMode::Int8x2);
+}
+
+TEST(BlockKernels, FormatTableHasARowForEveryFormat) {
+  for (int f = 0; f < quant::kWeightFormatCount; ++f) {
+    const auto& row = kernels::format_kernels(WeightFormat(f));
+    EXPECT_EQ(int(row.format), f);
+    EXPECT_NE(row.matmul, nullptr) << name_of(WeightFormat(f));
+    if (quant::is_ggml_block_format(WeightFormat(f))) {
+      EXPECT_EQ(row.activations, kernels::ActivationKind::Q8x32) << name_of(WeightFormat(f));
+      for (auto* tile : row.tile) EXPECT_NE(tile, nullptr) << name_of(WeightFormat(f));
+    }
+  }
+  EXPECT_EQ(kernels::format_kernels(WeightFormat::Q4_0X4).activations, kernels::ActivationKind::Q8Chunk);
+  EXPECT_EQ(kernels::format_kernels(WeightFormat::F32).activations, kernels::ActivationKind::F32);
+  const float x[32] = {};
+  float y[1];
+  const uint8_t bytes[4 * 32] = {};
+  EXPECT_THROW(kernels::block_matmul_isa(x, 1, {WeightFormat::F32, 1, 32, bytes}, y, kernels::Isa::Scalar), Error);
+}
