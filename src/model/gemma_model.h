@@ -38,6 +38,8 @@ class ActivationObserver {
   virtual ~ActivationObserver() = default;
   // `rows` rows of `cols` inputs to matrix `role` of layer `layer`. Must not throw.
   virtual void observe(int layer, MatrixRole role, const float* x, int64_t rows, int64_t cols) noexcept = 0;
+};
+
 // Bytes of expert matrices the forwards read (each selected expert's matrices once per step).
 struct ExpertCounters {
   uint64_t bytes = 0;       // expert matrix bytes read
