@@ -272,6 +272,8 @@ TEST(Scheduler, ChoicesAreQueuedAllOrNone) {
     drain(*t);
     EXPECT_EQ(t->completion_tokens(), 3);
   }
+}
+
 // --- faults: KV memory budget, cancel_all, a model that becomes unusable ------------------
 
 const test_support::TinyModel& roomy() {
@@ -362,4 +364,3 @@ TEST(Scheduler, ModelThatBecomesUnusableFailsSequencesAndRefusesNewOnes) {
   EXPECT_EQ(s.submit(request({2, 5}, 3, 0.0f, 0), &why), nullptr);
   EXPECT_EQ(why, Scheduler::Refusal::Unavailable);
   EXPECT_EQ(s.stats().failed, 1);
-}
