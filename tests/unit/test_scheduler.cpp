@@ -364,3 +364,4 @@ TEST(Scheduler, ModelThatBecomesUnusableFailsSequencesAndRefusesNewOnes) {
   EXPECT_EQ(s.submit(request({2, 5}, 3, 0.0f, 0), &why), nullptr);
   EXPECT_EQ(why, Scheduler::Refusal::Unavailable);
   EXPECT_EQ(s.stats().failed, 1);
+}
