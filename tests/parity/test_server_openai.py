@@ -101,5 +101,6 @@ def test_openai_client_sees_api_errors(client):
         client.chat.completions.create(model="tiny", messages=[{"role": "wizard", "content": "hi"}])
     assert e.value.status_code == 400
     assert "wizard" in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="tiny", messages=MESSAGES, n=2)
+    with pytest.raises(openai.BadRequestError) as e:  # n is 1..16
+        client.chat.completions.create(model="tiny", messages=MESSAGES, n=17)
+    assert "'n'" in e.value.body["message"] or e.value.body.get("param") == "n", e.value.body
