@@ -117,7 +117,7 @@ int32_t GrammarArena::intern(Closure&& c) {
   if (c.leaves.empty() && !c.accepting && !c.escaped) return kDead;
   std::string key(size_t(1 + 4 * c.leaves.size()), '\0');
   key[0] = char(1 | (c.accepting ? 2 : 0) | (c.escaped ? 4 : 0));
-  std::memcpy(key.data() + 1, c.leaves.data(), 4 * c.leaves.size());
+  if (!c.leaves.empty()) std::memcpy(key.data() + 1, c.leaves.data(), 4 * c.leaves.size());  // data() may be null
   auto [it, inserted] = state_index_.try_emplace(std::move(key), int32_t(states_.size()));
   if (inserted) {
     State st;
