@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import TOOLS, _locked, model_dir, work_dir  # noqa: F401  (TOOLS: for the tests)
+from conftest import TOOLS, _locked, describe, model_dir, run_lumen, work_dir  # noqa: F401  (TOOLS: for the tests)
 
 import gemma4_gguf as g4  # noqa: E402
 
@@ -25,6 +25,15 @@ logging.getLogger("gguf").setLevel(logging.ERROR)  # the converter's "Duplicated
 CONVERTER_TYPES = ["F32", "F16", "BF16", "Q8_0"]  # convert_hf_to_gguf.py --outtype
 QUANTIZER_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M",
                    "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"]  # llama_model_quantize from F32
+# `lumen quantize` from the same F32 file (named "lumen-TYPE"): the files Lumen writes, for llama.cpp to read.
+LUMEN_QUANTIZE_TYPES = ["Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "IQ4_XS"]
+
+
+def _lumen_quantize(src: Path, dst: Path, qtype: str) -> None:
+    out = dst.with_name(dst.name + ".gguf")
+    cp = run_lumen("quantize", src, out, "--type", qtype)
+    assert cp.returncode == 0, describe(cp)
+    os.replace(out, dst)
 
 
 def _stamp() -> str:
@@ -45,10 +54,20 @@ def _stamp() -> str:
     return h.hexdigest()[:16]
 
 
-def _cached(path: Path, build) -> Path:
+def _lumen_identity(qtype: str) -> str:
+    """For files `lumen quantize` made (and what is derived from them): the binary that made them."""
+    if "lumen-" not in qtype:
+        return ""
+    from conftest import lumen_bin
+
+    st = Path(lumen_bin()).stat()
+    return f" lumen {st.st_size} {st.st_mtime_ns}"
+
+
+def _cached(path: Path, build, extra: str = "") -> Path:
     """path, built by build(tmp_path) once per stamp (a file or a folder)."""
     stamp_file = path.with_name(path.name + ".stamp")
-    stamp = _stamp()
+    stamp = _stamp() + extra
     with _locked(path.with_name(f".{path.name}.lock")):
         if path.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
             return path
@@ -92,8 +111,11 @@ def gguf_file(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
     if qtype in CONVERTER_TYPES:
         return _cached(root() / f"{preset}-s{seed}-{qtype}.gguf",
                        lambda tmp: g4.convert(hf_dir(preset, seed), tmp, qtype.lower()))
-    base = qtype.removesuffix("-quantize")
     f32 = gguf_file("F32", preset, seed)
+    if qtype.startswith("lumen-"):
+        return _cached(root() / f"{preset}-s{seed}-{qtype}.gguf",
+                       lambda tmp: _lumen_quantize(f32, tmp, qtype.removeprefix("lumen-")), _lumen_identity(qtype))
+    base = qtype.removesuffix("-quantize")
     return _cached(root() / f"{preset}-s{seed}-{qtype}.gguf", lambda tmp: g4.quantize(f32, tmp, base))
 
 
@@ -106,13 +128,13 @@ def dequantized_dir(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Pat
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copyfile(hf_dir(preset, seed) / name, tmp / name)
 
-    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized", build)
+    return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized", build, _lumen_identity(qtype))
 
 
 def dequantized_gguf(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
     """An F32 GGUF of exactly the numbers of gguf_file(qtype)."""
     return _cached(root() / f"{preset}-s{seed}-{qtype}-dequantized-F32.gguf",
-                   lambda tmp: g4.convert(dequantized_dir(qtype, preset, seed), tmp, "f32"))
+                   lambda tmp: g4.convert(dequantized_dir(qtype, preset, seed), tmp, "f32"), _lumen_identity(qtype))
 
 
 def have_llama_cpp() -> bool:

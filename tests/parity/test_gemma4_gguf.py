@@ -127,8 +127,10 @@ def _mean_kl(p_logits, q_logits) -> float:
     return float((np.exp(lp) * (lp - lq)).sum(axis=1).mean())
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", TYPES + ([f"lumen-{t}" for t in support.LUMEN_QUANTIZE_TYPES]
+                                           if support.have_llama_cpp() else []))
 def test_llama_cpp_logits_agree_with_lumen(qtype, tmp_path):
+    """Files llama.cpp writes (and, as lumen-TYPE, files `lumen quantize` writes) read by both."""
     path = support.gguf_file(qtype)
     tokens = _tokens()
     cp, ours = _lumen_logits(path, tokens, tmp_path, "--exact")
