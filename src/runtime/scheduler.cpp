@@ -411,9 +411,14 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
   }
   // Grammar masks of the sequences sampling this step are computed while the model runs.
   std::future<void> masks;
-  if (std::any_of(logit_owner.begin(), logit_owner.end(), [&](size_t i) { return active[i]->generation->request().grammar != nullptr; }))
+  int64_t mask_count = 0;
+  double mask_seconds = 0, mask_wait_seconds = 0;
+  for (size_t i : logit_owner) mask_count += active[i]->generation->request().grammar != nullptr;
+  if (mask_count > 0)
     masks = std::async(std::launch::async, [&] {
+      const auto m0 = std::chrono::steady_clock::now();
       for (size_t i : logit_owner) active[i]->generation->prepare_mask();
+      mask_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
     });
   if (!rows.empty()) {
     try {
@@ -423,11 +428,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
     }
   }
   if (masks.valid()) {
+    const auto w0 = std::chrono::steady_clock::now();
     try {
       masks.get();
     } catch (const std::exception& e) {
       if (failure.empty()) failure = e.what();
     }
+    mask_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   }
   const auto t1 = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -522,6 +529,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Active>>& active) {
     stats_.active = int64_t(active.size());
     stats_.kv_reserved_bytes -= released;
     stats_.step_seconds_max = std::max(stats_.step_seconds_max, seconds);
+    stats_.grammar_masks += mask_count;
+    stats_.grammar_mask_seconds += mask_seconds;
+    stats_.grammar_mask_wait_seconds += mask_wait_seconds;
     step_began_.reset();
     last_step_end_ = t1;
   }

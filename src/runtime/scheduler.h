@@ -113,6 +113,12 @@ struct SchedulerStats {
   double step_seconds_max = 0;          // the longest step since start
   double step_running_seconds = 0;      // how long the step in progress has run (0: none)
   double seconds_since_last_step = -1;  // since the last step ended (-1: none yet)
+  // Constrained decoding: grammar masks computed (one per constrained sequence per sampling
+  // step), the time computing them (beside the model step), and the part of it the step did
+  // not hide (the step waited for the masks after the model was done).
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
+  double grammar_mask_wait_seconds = 0;
 };
 
 class Scheduler {

@@ -71,6 +71,14 @@ std::string Metrics::render(const runtime::SchedulerStats& s, int max_active, in
   metric(out, "lumen_scheduler_seconds_since_last_step", "gauge",
          "Seconds since the last model step ended (-1 before the first); grows while idle too.");
   out << "lumen_scheduler_seconds_since_last_step " << s.seconds_since_last_step << '\n';
+  metric(out, "lumen_grammar_masks_total", "counter", "Grammar token masks computed (constrained decoding).");
+  out << "lumen_grammar_masks_total " << s.grammar_masks << '\n';
+  metric(out, "lumen_grammar_mask_seconds_total", "counter",
+         "Seconds spent computing grammar masks, beside the model step.");
+  out << "lumen_grammar_mask_seconds_total " << s.grammar_mask_seconds << '\n';
+  metric(out, "lumen_grammar_mask_wait_seconds_total", "counter",
+         "Seconds the steps waited for grammar masks after the model was done (the cost not hidden).");
+  out << "lumen_grammar_mask_wait_seconds_total " << s.grammar_mask_wait_seconds << '\n';
   metric(out, "lumen_prefill_tokens_total", "counter", "Prompt tokens run through the model.");
   out << "lumen_prefill_tokens_total " << s.prefill_tokens << '\n';
   metric(out, "lumen_decode_tokens_total", "counter", "Generated tokens run through the model.");

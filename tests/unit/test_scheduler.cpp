@@ -9,7 +9,9 @@
 
 #include "fake_tokenizer.h"
 #include "kv/contiguous_cache.h"
+#include "runtime/grammar.h"
 #include "runtime/scheduler.h"
+#include "runtime/token_mask.h"
 #include "tiny_model.h"
 
 using namespace lumen;
@@ -17,6 +19,11 @@ using runtime::FinishReason;
 using runtime::GenerationRequest;
 using runtime::Scheduler;
 using runtime::SchedulerOptions;
+using runtime::CompiledGrammar;
+using runtime::SchedulerStats;
+using runtime::TokenTrie;
+using runtime::lower;
+using runtime::parse_gbnf;
 
 namespace {
 
@@ -364,4 +371,30 @@ TEST(Scheduler, ModelThatBecomesUnusableFailsSequencesAndRefusesNewOnes) {
   EXPECT_EQ(s.submit(request({2, 5}, 3, 0.0f, 0), &why), nullptr);
   EXPECT_EQ(why, Scheduler::Refusal::Unavailable);
   EXPECT_EQ(s.stats().failed, 1);
+}
+
+// Constrained decoding's cost is visible: one mask per constrained sequence per sampling step,
+// with the time computing them and the part the model step did not hide.
+TEST(Scheduler, GrammarMasksAreCountedAndTimed) {
+  const auto tok = letters();
+  Scheduler s(tiny().model(), tok, SchedulerOptions{});
+  auto grammar = std::make_shared<CompiledGrammar>(lower(parse_gbnf("root ::= \"abc\" [a-z]*")),
+                                                   std::make_shared<TokenTrie>(tok));
+  GenerationRequest constrained = request({2, 5}, 6, 0.0f, 0);
+  constrained.grammar = grammar;
+  auto t = s.submit(constrained);
+  ASSERT_NE(t, nullptr);
+  std::string text;
+  while (!t->wait(std::chrono::milliseconds(50), text)) {
+  }
+  EXPECT_EQ(text.substr(0, 3), "abc");
+  const SchedulerStats after_constrained = s.stats();
+  EXPECT_EQ(after_constrained.grammar_masks, t->completion_tokens());
+  EXPECT_GT(after_constrained.grammar_mask_seconds, 0.0);
+  EXPECT_GE(after_constrained.grammar_mask_wait_seconds, 0.0);
+  auto free = s.submit(request({2, 5}, 4, 0.0f, 0));
+  ASSERT_NE(free, nullptr);
+  while (!free->wait(std::chrono::milliseconds(50), text)) {
+  }
+  EXPECT_EQ(s.stats().grammar_masks, after_constrained.grammar_masks) << "an unconstrained sequence needs no mask";
 }
