@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import TOOLS, _locked, describe, model_dir, run_lumen, work_dir  # noqa: F401  (TOOLS: for the tests)
+from conftest import TOOLS, _locked, describe, lumen_bin, model_dir, run_lumen, work_dir  # noqa: F401  (TOOLS: for the tests)
 
 import gemma4_gguf as g4  # noqa: E402
 
@@ -58,8 +58,6 @@ def _lumen_identity(qtype: str) -> str:
     """For files `lumen quantize` made (and what is derived from them): the binary that made them."""
     if "lumen-" not in qtype:
         return ""
-    from conftest import lumen_bin
-
     st = Path(lumen_bin()).stat()
     return f" lumen {st.st_size} {st.st_mtime_ns}"
 
