@@ -215,6 +215,7 @@ void PerLayerInputs::prepare(std::span<const int32_t> tokens, const float* embed
       {
         std::lock_guard lock(mutex_);
         for (int32_t id : ahead) queue_.push_back(id);
+        stats_.rows_queued += ahead.size();
       }
       wake_.notify_one();
     }
@@ -247,7 +248,10 @@ void PerLayerInputs::hint(std::span<const int32_t> tokens) {
     std::lock_guard lock(mutex_);
     const size_t n = std::min(tokens.size(), size_t(config_.rows_ahead));
     for (size_t i = 0; i < n; ++i)
-      if (tokens[i] >= 0 && tokens[i] < vocab_ && !hot_index_.count(tokens[i])) queue_.push_back(tokens[i]);
+      if (tokens[i] >= 0 && tokens[i] < vocab_ && !hot_index_.count(tokens[i])) {
+        queue_.push_back(tokens[i]);
+        ++stats_.rows_queued;
+      }
   }
   wake_.notify_one();
 }

@@ -61,6 +61,7 @@ struct PerLayerInputStats {
   uint64_t tokens = 0;  // inputs asked for
   uint64_t hot_hits = 0, hot_misses = 0;
   uint64_t row_hits = 0, row_misses = 0, row_evictions = 0;
+  uint64_t rows_queued = 0;       // rows handed to the helper (it may find them decoded already)
   uint64_t rows_prefetched = 0;   // rows the helper decoded ahead of use
   uint64_t table_bytes_read = 0;  // bytes of the stored table read (misses and prefetches)
   uint64_t hot_entries = 0, row_entries = 0;

@@ -54,6 +54,7 @@ nlohmann::json model_counters_json(const model::GemmaModel& m) {
                              {"row_evictions", s.row_evictions},
                              {"row_entries", s.row_entries},
                              {"row_bytes", s.row_bytes},
+                             {"rows_queued", s.rows_queued},
                              {"rows_prefetched", s.rows_prefetched},
                              {"table_bytes_read", s.table_bytes_read},
                              {"table_row_bytes", p->table_row_bytes()},

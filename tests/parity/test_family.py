@@ -119,7 +119,7 @@ def test_per_layer_input_caches_give_bit_identical_logits(tmp_path):
         results[name] = np.load(out)
         stats[name] = json.loads(cp.stderr.strip().splitlines()[-1])["per_layer_inputs"]
     record("family", "ple-caches", {k: {kk: v[kk] for kk in ("row_hits", "row_misses", "row_evictions", "hot_hits",
-                                                            "rows_prefetched", "table_bytes_read")}
+                                                            "rows_queued", "rows_prefetched", "table_bytes_read")}
                                     for k, v in stats.items()})
     want = results["no cache"]
     for name, got in results.items():
@@ -130,7 +130,11 @@ def test_per_layer_input_caches_give_bit_identical_logits(tmp_path):
     s3 = stats["row cache at 3 rows' bytes"]
     assert s3["row_entries"] == 3 and s3["row_bytes"] == 3 * row_bytes and s3["row_evictions"] == s3["row_misses"] - 3
     assert stats["row cache of 2 rows"]["row_entries"] == 2 and stats["row cache of 2 rows"]["row_evictions"] > 0
-    assert stats["row cache + prefetch"]["rows_prefetched"] > 0
+    # Handing rows to the helper is deterministic; whether it decodes them before the forward
+    # pass needs them depends on scheduling, so only the bound is checked.
+    sp = stats["row cache + prefetch"]
+    assert sp["rows_queued"] > 0 and sp["rows_prefetched"] <= sp["rows_queued"]
+    assert stats["row cache"]["rows_queued"] == 0
     assert stats["prepared inputs"]["hot_hits"] == len(tokens) - distinct
     assert stats["prepared inputs"]["row_misses"] == distinct
 
