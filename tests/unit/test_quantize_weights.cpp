@@ -298,3 +298,20 @@ TEST(QuantizeWeights, FloatTargetsAreNotAMix) {
   const auto named = model::named_weights(w);
   EXPECT_NE(error_of([&] { model::plan_formats(s, named, model::parse_quant_target("bf16", "--quant"), false); }), "");
 }
+
+// At load the per-layer input table stays as stored (mapped, gathered a row per token); every
+// other matrix follows the mix.
+TEST(QuantizeWeights, PerLayerTableStaysAsStoredAtLoad) {
+  spec::ModelSpec s = kquant_spec();
+  s.per_layer_input_dim = 32;
+  s.per_layer_vocab = 64;
+  const auto ckpt = checkpoint_of(s);
+  model::ModelWeights w = ckpt.bind(s);
+  const void* table = w.per_layer_table.data;
+  model::quantize_weights(w, s, model::parse_quant_target("Q8_0", "--quant"));
+  EXPECT_EQ(w.per_layer_table.data, table);
+  EXPECT_EQ(w.per_layer_table.format, quant::WeightFormat::F32);
+  EXPECT_EQ(w.layers[0].per_layer_gate.format, quant::WeightFormat::Q8_0);
+  EXPECT_EQ(w.layers[1].per_layer_projection.format, quant::WeightFormat::Q8_0);
+  EXPECT_EQ(w.per_layer_model_projection.format, quant::WeightFormat::F32);  // llama.cpp never quantizes it
+}
