@@ -412,6 +412,18 @@ void read_kv_sharing(const ArchReader& arch, ModelSpec& spec) {
     arch.fail("attention.shared_kv_layers", "is " + std::to_string(shared) + " but there are " +
                                                 std::to_string(n_layers) +
                                                 " blocks (block 0 computes its own keys and values)");
+  const int first = n_layers - int(shared);
+  for (int i = first; i < n_layers; ++i) {
+    const AttentionKind kind = spec.layers[size_t(i)].kind;
+    bool source = false;
+    for (int j = 0; j < first && !source; ++j) source = spec.layers[size_t(j)].kind == kind;
+    if (!source) {
+      const char* k = kind == AttentionKind::Sliding ? "sliding" : "full";
+      arch.fail("attention.shared_kv_layers", "is " + std::to_string(shared) + ": shared block " + std::to_string(i) +
+                                                  " (" + k + ") has no earlier " + k +
+                                                  " block to take keys and values from");
+    }
+  }
   detail::assign_kv_sharing(spec, int(shared), /*double_wide_mlp=*/false, arch.key("attention.shared_kv_layers"));
   for (LayerSpec& l : spec.layers)
     if (!l.stores_kv()) l.k_eq_v = spec.layers[size_t(l.kv_source)].k_eq_v;
