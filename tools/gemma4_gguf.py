@@ -4,6 +4,7 @@
     gemma4_gguf.py convert HF_DIR OUT.gguf [--outtype f32|f16|bf16|q8_0]
     gemma4_gguf.py quantize IN_F32.gguf OUT.gguf --type Q4_K_M      (needs llama-cpp-python)
     gemma4_gguf.py dequantize IN.gguf HF_DIR OUT_DIR                 (the f32 checkpoint transformers runs)
+    gemma4_gguf.py dequantize-gguf IN.gguf OUT.gguf                   (the same numbers as an F32 GGUF)
     gemma4_gguf.py tokenizer HF_DIR                                  (adds a tiny Gemma 4 tokenizer)
 
 `convert` follows llama.cpp's `convert_hf_to_gguf.py` (conversion/gemma.py Gemma4Model and the
@@ -363,6 +364,32 @@ def dequantize(gguf_path, hf_dir, out_dir) -> Path:
     return out_dir
 
 
+def read_prepared(src) -> Prepared:
+    """Any GGUF file as a Prepared: its metadata (general.file_type ALL_F32) and every tensor
+    dequantized by gguf-py to F32 (exactly the file's numbers, 3-D expert stacks included), to
+    write again as it is or edited."""
+    reader = gguf.GGUFReader(str(src))
+    kv = {}
+    for k, f in reader.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        vtype = f.types[0]
+        sub_type = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        kv[k] = (f.contents(), vtype, sub_type)
+    kv["general.file_type"] = (int(gguf.LlamaFileType.ALL_F32), gguf.GGUFValueType.UINT32, None)
+    tensors = {}
+    for t in reader.tensors:
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        data = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        tensors[t.name] = (data, Q.F32)
+    return Prepared(kv, tensors)
+
+
+def dequantize_gguf(src, out_path) -> Path:
+    """src's numbers as an F32 GGUF (read_prepared, written)."""
+    return write(read_prepared(src), out_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # A tiny Gemma 4 style tokenizer (tokenizer.json + tokenizer_config.json) for tiny checkpoints.
 
@@ -513,6 +540,9 @@ def main(argv=None) -> int:
     d.add_argument("gguf")
     d.add_argument("hf_dir")
     d.add_argument("out_dir")
+    dg = sub.add_parser("dequantize-gguf")
+    dg.add_argument("gguf")
+    dg.add_argument("out")
     t = sub.add_parser("tokenizer")
     t.add_argument("hf_dir")
     a = ap.parse_args(argv)
@@ -522,6 +552,8 @@ def main(argv=None) -> int:
         print(quantize(a.src, a.dst, a.type, a.threads))
     elif a.cmd == "dequantize":
         print(dequantize(a.gguf, a.hf_dir, a.out_dir))
+    elif a.cmd == "dequantize-gguf":
+        print(dequantize_gguf(a.gguf, a.out))
     else:
         write_tokenizer(a.hf_dir)
         print(Path(a.hf_dir) / "tokenizer.json")

@@ -143,6 +143,14 @@ std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
   // tensor the spec needs present with its shape, none left over.
   const spec::ModelSpec spec = spec::spec_from_gguf(file);
   model::bind_gguf_weights(spec, file);
+  // llama.cpp's mix has rules of its own for models with experts (attn_k/attn_v/attn_output and
+  // ffn_down raised by the expert count, ffn_down counted per expert stack) that quant_mix does
+  // not implement: refused rather than written with another mix than llama-quantize's.
+  for (size_t i = 0; i < spec.layers.size(); ++i)
+    if (spec.layers[i].moe())
+      throw Error(path + ": block " + std::to_string(i) + " is a mixture-of-experts block (" +
+                  std::to_string(spec.layers[i].num_experts) +
+                  " experts); Lumen does not quantize GGUFs with experts yet (llama.cpp's mix treats them apart)");
   return std::make_unique<GgufSource>(std::move(file));
 }
 

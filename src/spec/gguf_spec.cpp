@@ -23,9 +23,16 @@
 //   - a block without `attn_v` uses its raw K projection as V (attention_k_eq_v), a block
 //     without `layer_output_scale` has a layer scalar of 1 (both as llama.cpp);
 //   - attention scale 1 (the q/k norms replace 1/sqrt(d)), weightless V norm, norm gains
-//     used as stored (Gemma 4 has no "1 +").
-//   Per-layer input embeddings, KV-shared layers and experts (E2B/E4B, 26B-A4B) are refused by
-//   name until the graph runs them (refuse_gemma4_features below).
+//     used as stored (Gemma 4 has no "1 +");
+//   - per-layer inputs (E2B/E4B): `embedding_length_per_layer_input` P > 0 and the
+//     `per_layer_token_embd` table [rows, layers * P] (its rows: the per-layer vocabulary);
+//   - KV sharing (E2B/E4B): the last `attention.shared_kv_layers` blocks read the keys and
+//     values of the last earlier block of their attention kind (transformers' rule) and have
+//     no attn_k / attn_v / attn_k_norm; the double-wide MLP is `feed_forward_length` per layer;
+//   - experts (26B-A4B): a block is a mixture-of-experts block when it has a router
+//     (`blk.N.ffn_gate_inp.weight`, as llama.cpp decides), with `expert_count` experts,
+//     `expert_used_count` per token and `expert_feed_forward_length` wide (an integer or one
+//     per layer).
 //
 // Every key of the architecture's namespace is either read or refused by name; so are values
 // Lumen cannot run. Errors are one line naming the file and the key or tensor.
@@ -177,8 +184,7 @@ const KeySet& known_gemma3_keys() {
 
 // The `gemma4.*` keys: what llama.cpp's converter writes for Gemma4ForCausalLM /
 // Gemma4ForConditionalGeneration (conversion/gemma.py Gemma4Model and TextModel's common
-// keys) and llama.cpp reads for the architecture. The E2B/E4B and MoE keys are here so that
-// refuse_gemma4_features can name the feature; they are accepted only at 0.
+// keys) and llama.cpp reads for the architecture, E2B/E4B's and 26B-A4B's included.
 const KeySet& known_gemma4_keys() {
   static const KeySet keys = {
       "context_length", "embedding_length", "block_count", "feed_forward_length",
@@ -369,24 +375,103 @@ ModelSpec gemma3_spec(const GgufFile& file) {
   return spec;
 }
 
-// Gemma 4 features the graph does not run yet, refused by the key that announces them.
-void refuse_gemma4_features(const ArchReader& arch) {
-  if (const auto n = arch.optional_int("embedding_length_per_layer_input", 0); n && *n > 0)
-    arch.fail("embedding_length_per_layer_input",
-              "is " + std::to_string(*n) + ": per-layer input embeddings (Gemma 4 E2B/E4B) are not implemented");
-  if (const auto n = arch.optional_int("attention.shared_kv_layers", 0); n && *n > 0)
-    arch.fail("attention.shared_kv_layers",
-              "is " + std::to_string(*n) + ": KV-shared layers (Gemma 4 E2B/E4B) are not implemented");
-  for (const char* key : {"expert_count", "expert_used_count"})
-    if (const auto n = arch.optional_int(key, 0); n && *n > 0)
-      arch.fail(key, "is " + std::to_string(*n) + ": mixture-of-experts blocks (Gemma 4 26B-A4B) are not implemented");
-  if (arch.has("expert_feed_forward_length")) {
-    const int64_t n_layers = arch.required_int("block_count");
-    const auto sizes = *arch.optional_per_layer_int("expert_feed_forward_length", int(n_layers), 0);
-    if (std::any_of(sizes.begin(), sizes.end(), [](int64_t n) { return n > 0; }))
-      arch.fail("expert_feed_forward_length",
-                "is set: mixture-of-experts blocks (Gemma 4 26B-A4B) are not implemented");
+// Per-layer inputs (E2B/E4B): width P from `embedding_length_per_layer_input` (0: none), the
+// per-layer vocabulary from the rows of `per_layer_token_embd.weight` ([rows, layers * P]).
+void read_per_layer_inputs(const GgufFile& file, const ArchReader& arch, ModelSpec& spec) {
+  const std::string& path = file.path();
+  const int64_t P = arch.required_int("embedding_length_per_layer_input", 0);
+  if (P == 0) return;
+  const char* name = "per_layer_token_embd.weight";
+  const formats::GgufTensor* t = file.find(name);
+  const int64_t width = P * spec.num_layers();
+  if (!t)
+    detail::fail(path, std::string("missing tensor '") + name + "' (the per-layer input table [rows, " +
+                           std::to_string(width) + "] that embedding_length_per_layer_input " + std::to_string(P) +
+                           " announces)");
+  if (t->shape.size() != 2 || t->shape[1] != width || t->shape[0] < 1 || t->shape[0] > (int64_t(1) << 30))
+    detail::fail(path, std::string("tensor '") + name + "' has shape " + formats::shape_to_string(t->shape) +
+                           " but " + std::to_string(spec.num_layers()) + " layers of per-layer inputs " +
+                           std::to_string(P) + " wide need [rows, " + std::to_string(width) + "]");
+  spec.per_layer_input_dim = int(P);
+  spec.per_layer_vocab = int(t->shape[0]);
+  spec.notes.push_back("per-layer inputs: " + std::to_string(P) + " per layer, a table of " +
+                       std::to_string(spec.per_layer_vocab) + " rows");
+  if (spec.per_layer_vocab < spec.vocab_size)
+    spec.notes.push_back("per_layer_token_embd has " + std::to_string(spec.per_layer_vocab) + " rows < vocabulary " +
+                         std::to_string(spec.vocab_size) + ": ids past it have no per-layer input row (refused as input)");
+}
+
+// KV sharing (E2B/E4B): the last `attention.shared_kv_layers` layers store no keys and values
+// and read those of the last earlier layer of their attention kind (transformers' rule; the
+// model's own K = V choice is that layer's).
+void read_kv_sharing(const ArchReader& arch, ModelSpec& spec) {
+  const int n_layers = spec.num_layers();
+  const int64_t shared = arch.optional_int("attention.shared_kv_layers", 0).value_or(0);
+  if (shared == 0) return;
+  if (shared >= n_layers)
+    arch.fail("attention.shared_kv_layers", "is " + std::to_string(shared) + " but there are " +
+                                                std::to_string(n_layers) +
+                                                " blocks (block 0 computes its own keys and values)");
+  const int first = n_layers - int(shared);
+  for (int i = first; i < n_layers; ++i) {
+    const AttentionKind kind = spec.layers[size_t(i)].kind;
+    bool source = false;
+    for (int j = 0; j < first && !source; ++j) source = spec.layers[size_t(j)].kind == kind;
+    if (!source) {
+      const char* k = kind == AttentionKind::Sliding ? "sliding" : "full";
+      arch.fail("attention.shared_kv_layers", "is " + std::to_string(shared) + ": shared block " + std::to_string(i) +
+                                                  " (" + k + ") has no earlier " + k +
+                                                  " block to take keys and values from");
+    }
   }
+  detail::assign_kv_sharing(spec, int(shared), /*double_wide_mlp=*/false, arch.key("attention.shared_kv_layers"));
+  for (LayerSpec& l : spec.layers)
+    if (!l.stores_kv()) l.k_eq_v = spec.layers[size_t(l.kv_source)].k_eq_v;
+  spec.notes.push_back("KV sharing: blocks " + std::to_string(n_layers - shared) + ".." + std::to_string(n_layers - 1) +
+                       " read the keys and values of an earlier block of their kind");
+}
+
+// Experts (26B-A4B): a block with a router tensor is a mixture-of-experts block, as llama.cpp
+// decides; the router needs the experts' keys, and keys announcing experts need routers.
+void read_experts(const GgufFile& file, const ArchReader& arch, ModelSpec& spec) {
+  const std::string& path = file.path();
+  const int n_layers = spec.num_layers();
+  std::vector<int> moe_layers;
+  for (int i = 0; i < n_layers; ++i)
+    if (file.find("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) moe_layers.push_back(i);
+  const int64_t experts = arch.optional_int("expert_count", 0).value_or(0);
+  if (moe_layers.empty()) {
+    if (experts > 0)
+      arch.fail("expert_count", "is " + std::to_string(experts) +
+                                    " but no block has a router ('blk.N.ffn_gate_inp.weight'): the experts are missing");
+    return;
+  }
+  const std::string router = "tensor 'blk." + std::to_string(moe_layers.front()) + ".ffn_gate_inp.weight'";
+  if (experts == 0)
+    detail::fail(path, router + " is a mixture-of-experts router but metadata key '" + arch.key("expert_count") +
+                           "' is " + (arch.has("expert_count") ? "0" : "missing") + " (the number of experts)");
+  if (!arch.has("expert_used_count"))
+    detail::fail(path, router + " is a mixture-of-experts router but metadata key '" + arch.key("expert_used_count") +
+                           "' is missing (the experts per token)");
+  const int64_t used = arch.required_int("expert_used_count");
+  if (used > experts)
+    arch.fail("expert_used_count", "is " + std::to_string(used) + " but there are " + std::to_string(experts) +
+                                       " experts (expert_count)");
+  const auto widths = arch.optional_per_layer_int("expert_feed_forward_length", n_layers, 0);
+  if (!widths)
+    detail::fail(path, router + " is a mixture-of-experts router but metadata key '" +
+                           arch.key("expert_feed_forward_length") + "' is missing (the experts' width)");
+  for (int i : moe_layers) {
+    LayerSpec& l = spec.layers[size_t(i)];
+    l.num_experts = int(experts);
+    l.top_k_experts = int(used);
+    l.expert_ffn_dim = int((*widths)[size_t(i)]);
+    if (l.expert_ffn_dim == 0)
+      arch.fail("expert_feed_forward_length", "is 0 for block " + std::to_string(i) + ", which has a router");
+  }
+  spec.notes.push_back("experts: " + std::to_string(moe_layers.size()) + " of " + std::to_string(n_layers) +
+                       " blocks route each token to " + std::to_string(used) + " of " + std::to_string(experts) +
+                       " experts");
 }
 
 // The full layers' RoPE from the `rope_freqs.weight` factors (llama.cpp divides pair i's
@@ -442,7 +527,6 @@ ModelSpec gemma4_spec(const GgufFile& file) {
   const std::string& path = file.path();
   const ArchReader arch(file, "gemma4");
   arch.allow_only(known_gemma4_keys());
-  refuse_gemma4_features(arch);
 
   ModelSpec spec;
   spec.source = path;
@@ -457,7 +541,6 @@ ModelSpec gemma4_spec(const GgufFile& file) {
   spec.rms_eps = float(arch.required_float("attention.layer_norm_rms_epsilon"));
   const int n_layers = int(arch.required_int("block_count"));
   const int window = int(arch.required_int("attention.sliding_window"));
-  arch.required_int("embedding_length_per_layer_input", 0);
   const std::vector<bool> sliding = arch.required_bool_per_layer("attention.sliding_window_pattern", n_layers);
 
   const std::vector<int64_t> heads = *[&] {
@@ -538,14 +621,17 @@ ModelSpec gemma4_spec(const GgufFile& file) {
     } else {
       l.rope = full_rope;
     }
-    k_eq_v_layers += l.k_eq_v;
     unit_scalar_layers += !l.has_layer_scalar;
     spec.layers.push_back(l);
   }
+  read_kv_sharing(arch, spec);
+  for (const LayerSpec& l : spec.layers) k_eq_v_layers += l.stores_kv() && l.k_eq_v;
   if (k_eq_v_layers > 0)
     notes.push_back(std::to_string(k_eq_v_layers) + " layer(s) without attn_v: V is the raw K projection (k = v)");
   if (unit_scalar_layers > 0)
     notes.push_back(std::to_string(unit_scalar_layers) + " layer(s) without layer_output_scale: layer scalar 1");
+  read_per_layer_inputs(file, arch, spec);
+  read_experts(file, arch, spec);
   detail::validate_spec(spec);
   return spec;
 }

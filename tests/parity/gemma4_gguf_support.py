@@ -89,9 +89,9 @@ def root() -> Path:
     return d
 
 
-def hf_dir(preset: str = "tiny-k256", seed: int = 0) -> Path:
+def hf_dir(preset: str = "tiny-k256", seed: int = 0, dtype: str = "float32") -> Path:
     """The checkpoint (links to the cached one) plus the tiny Gemma 4 tokenizer."""
-    src = model_dir(preset, seed=seed, dtype="float32")
+    src = model_dir(preset, seed=seed, dtype=dtype)
 
     def build(tmp: Path):
         tmp.mkdir(parents=True)
@@ -99,7 +99,8 @@ def hf_dir(preset: str = "tiny-k256", seed: int = 0) -> Path:
             (tmp / f.name).symlink_to(f.resolve())
         g4.write_tokenizer(tmp)
 
-    return _cached(root() / f"{preset}-s{seed}-hf", build)
+    suffix = "" if dtype == "float32" else f"-{dtype}"
+    return _cached(root() / f"{preset}-s{seed}{suffix}-hf", build)
 
 
 def gguf_file(qtype: str, preset: str = "tiny-k256", seed: int = 0) -> Path:
@@ -141,3 +142,96 @@ def have_llama_cpp() -> bool:
     except ImportError:
         return False
     return True
+
+
+# ---------------------------------------------------------------------------- llama.cpp's own converter
+
+def llama_cpp_pin() -> str | None:
+    """The llama-cpp-python version tools/requirements-test.txt pins."""
+    for line in (TOOLS / "requirements-test.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.strip().lower().replace("_", "-") == "llama-cpp-python":
+            return version.strip()
+    return None
+
+
+def llama_cpp_converter() -> Path:
+    """convert_hf_to_gguf.py of the pinned llama-cpp-python sdist (scripts/setup --test keeps it
+    in .cache/sdist; the wheel has no converter), with its conversion/ package and gguf-py."""
+    import tarfile
+
+    import pytest
+
+    version = llama_cpp_pin()
+    if version is None:
+        pytest.skip("llama-cpp-python is not pinned in tools/requirements-test.txt")
+    sdist = TOOLS.parent / ".cache" / "sdist" / f"llama_cpp_python-{version}.tar.gz"
+    assert sdist.is_file(), f"{sdist} is missing: run scripts/setup --test"
+    top = f"llama_cpp_python-{version}/vendor/llama.cpp/"
+
+    def build(tmp: Path):
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(top) and m.isfile() and (
+                m.name == top + "convert_hf_to_gguf.py" or m.name.startswith(top + "conversion/")
+                or m.name.startswith(top + "gguf-py/gguf/"))]
+            tar.extractall(tmp, members=members, filter="data")
+
+    return _cached(root() / f"llama-cpp-{version}-converter", build) / top / "convert_hf_to_gguf.py"
+
+
+# Runs the converter's main() once per job in one interpreter (torch and the converter imported
+# once): argv = converter, then (checkpoint, out, outtype) triples.
+_CONVERT_DRIVER = """
+import os, runpy, sys
+conv, jobs = sys.argv[1], sys.argv[2:]
+sys.argv = [conv]
+sys.path.insert(0, os.path.dirname(conv))  # as a script run: its folder (conversion/) first
+main = runpy.run_path(conv, run_name="llama_cpp_converter")["main"]
+for i in range(0, len(jobs), 3):
+    src, out, outtype = jobs[i:i + 3]
+    sys.argv = [conv, src, "--outfile", out, "--outtype", outtype]
+    main()
+"""
+
+
+def llama_cpp_gguf_path(preset: str, outtype: str = "f32", dtype: str = "bfloat16", seed: int = 0) -> Path:
+    suffix = "" if dtype == "float32" else f"-{dtype}"
+    return root() / f"{preset}-s{seed}{suffix}-llama-cpp-{outtype}.gguf"
+
+
+def llama_cpp_ggufs(jobs, dtype: str = "bfloat16", seed: int = 0) -> dict:
+    """(preset, outtype) -> the checkpoint of `preset` (made by transformers, with the tiny
+    tokenizer) converted by llama.cpp's own convert_hf_to_gguf.py --outtype OUTTYPE; the missing
+    ones in one run of the converter. Cached like every file here."""
+    import subprocess
+    import sys
+
+    converter = llama_cpp_converter()
+    stamp = _stamp() + " " + hashlib.sha256(converter.read_bytes()).hexdigest()[:16]
+    out, todo = {}, []
+    for preset, outtype in jobs:
+        path = llama_cpp_gguf_path(preset, outtype, dtype, seed)
+        out[(preset, outtype)] = path
+        stamp_file = path.with_name(path.name + ".stamp")
+        if not (path.exists() and stamp_file.exists() and stamp_file.read_text() == stamp):
+            todo.append((hf_dir(preset, seed, dtype), path, outtype))
+    if todo:
+        with _locked(root() / ".llama-cpp-convert.lock"):
+            args = []
+            for src, path, outtype in todo:
+                args += [str(src), str(path.with_name(f".{path.name}.tmp{os.getpid()}")), outtype]
+            env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+            cp = subprocess.run([sys.executable, "-c", _CONVERT_DRIVER, str(converter), *args], capture_output=True,
+                                text=True, timeout=900, env=env)
+            assert cp.returncode == 0, f"llama.cpp's converter failed:\n{cp.stderr[-3000:]}"
+            for src, path, outtype in todo:
+                os.replace(path.with_name(f".{path.name}.tmp{os.getpid()}"), path)
+                path.with_name(path.name + ".stamp").write_text(stamp)
+    return out
+
+
+def dequantized_copy(src: Path) -> Path:
+    """An F32 GGUF of exactly the numbers of `src` (every tensor dequantized by gguf-py), with
+    its metadata; cached beside it."""
+    return _cached(src.with_name(src.stem + "-dequantized-F32.gguf"), lambda tmp: g4.dequantize_gguf(src, tmp),
+                   " " + hashlib.sha256(src.read_bytes()).hexdigest()[:16])

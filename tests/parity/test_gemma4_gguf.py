@@ -175,15 +175,6 @@ def test_bench_vs_llama_cpp_runs_both_sides():
     assert r["ratio_prefill"] > 0 and r["ratio_decode"] > 0
 
 
-def _llama_cpp_pin() -> str | None:
-    req = (support.TOOLS / "requirements-test.txt").read_text()
-    for line in req.splitlines():
-        name, _, version = line.partition("==")
-        if name.strip().lower().replace("_", "-") == "llama-cpp-python":
-            return version.strip()
-    return None
-
-
 def test_writer_matches_llama_cpp_converter(tmp_path):
     """llama.cpp's own convert_hf_to_gguf.py (from the pinned llama-cpp-python sdist, which
     scripts/setup keeps in .cache/sdist) writes the same file as tools/gemma4_gguf.py: every
@@ -192,20 +183,8 @@ def test_writer_matches_llama_cpp_converter(tmp_path):
     import gguf
     import subprocess
     import sys
-    import tarfile
 
-    version = _llama_cpp_pin()
-    if version is None:
-        pytest.skip("llama-cpp-python is not pinned in tools/requirements-test.txt yet")
-    sdist = support.TOOLS.parent / ".cache" / "sdist" / f"llama_cpp_python-{version}.tar.gz"
-    assert sdist.is_file(), f"{sdist} is missing: run scripts/setup --test"
-    top = f"llama_cpp_python-{version}/vendor/llama.cpp/"
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(top) and m.isfile() and (
-            m.name == top + "convert_hf_to_gguf.py" or m.name.startswith(top + "conversion/")
-            or m.name.startswith(top + "gguf-py/gguf/"))]
-        tar.extractall(tmp_path, members=members, filter="data")
-    converter = tmp_path / top / "convert_hf_to_gguf.py"
+    converter = support.llama_cpp_converter()
     theirs = tmp_path / "llama-cpp.gguf"
     cp = subprocess.run([sys.executable, str(converter), str(support.hf_dir()), "--outfile", str(theirs),
                          "--outtype", "f32"], capture_output=True, text=True, timeout=600)
