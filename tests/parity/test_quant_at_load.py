@@ -13,16 +13,25 @@ Sources, made deterministically by the test helpers:
     (tools/make_tiny_gemma3_gguf.py): --quant T equals `lumen quantize --allow-requantize`, which
     keeps a tensor already in its planned type and requantizes the rest from the exact expansion.
 The short names are the mixes: q4 = Q4_K_M, q8 = Q8_0.
+
+The mix on the Gemma 4 variants `lumen quantize` does not write yet (experts; per-layer inputs
+with KV-shared blocks) is checked against llama.cpp's own: the type of every matrix in the .lmp
+`lumen convert` writes equals the type llama-quantize (llama-cpp-python) gives the same tensor of
+llama.cpp's conversion of the checkpoint, and on the expert model `--quant` on that GGUF equals
+the .lmp bit for bit.
 """
 from __future__ import annotations
 
+import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import gemma4_gguf as g4
 import gemma4_gguf_support as support
 from conftest import describe, run_lumen, token_sequence, tokens_arg, work_dir
 
@@ -131,3 +140,57 @@ def test_bad_quant_names_and_imatrix_use_are_one_line_errors(gemma4, tmp_path):
         assert str(other_im) in lines[0] and "another model" in lines[0], describe(cp)
     assert not out.exists() and not (tmp_path / "x.lmp").exists()
     assert not list(tmp_path.glob("x.lmp.tmp-*"))
+
+
+# Checkpoint names (as a .lmp keeps them, prefix removed) -> llama.cpp's GGUF names.
+_GGUF_NAMES = {"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+               "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+               "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+               "mlp.down_proj.weight": "ffn_down.weight", "router.proj.weight": "ffn_gate_inp.weight",
+               "experts.gate_up_proj": "ffn_gate_up_exps.weight", "experts.down_proj": "ffn_down_exps.weight",
+               "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+               "embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+               "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+               "per_layer_model_projection.weight": "per_layer_model_proj.weight"}
+
+
+def _gguf_name(checkpoint_name: str) -> str:
+    name = checkpoint_name.removeprefix("model.language_model.").removeprefix("model.")
+    if name.startswith("layers."):
+        _, layer, rest = name.split(".", 2)
+        return f"blk.{layer}.{_GGUF_NAMES[rest]}"
+    return _GGUF_NAMES[name]
+
+
+def _lmp_matrix_types(path: Path) -> dict:
+    raw = path.read_bytes()
+    (n,) = struct.unpack_from("<Q", raw, 16)
+    header = json.loads(raw[24:24 + n])
+    return {_gguf_name(t["name"]): t["format"].upper() for t in header["tensors"] if len(t["shape"]) > 1}
+
+
+@pytest.mark.parametrize("preset", ["tiny-moe-k2", "tiny-ple-kvshare"])
+@pytest.mark.parametrize("qtype", ["Q4_K_M", "IQ4_XS"])
+def test_variant_mixes_are_llama_cpps(preset, qtype, tmp_path):
+    if not support.have_llama_cpp():
+        pytest.fail("llama-cpp-python is missing: run scripts/setup --test")
+    src = support.llama_cpp_ggufs([(preset, "f32")])[(preset, "f32")]
+    ckpt = support.hf_dir(preset, dtype="bfloat16")
+    theirs_path = g4.quantize(src, tmp_path / "llama.gguf", qtype)
+    import gguf
+    theirs = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(theirs_path)).tensors}
+    packed = tmp_path / "lumen.lmp"
+    lumen("convert", ckpt, packed, "--quant", qtype)
+    ours = _lmp_matrix_types(packed)
+    assert set(ours) <= set(theirs), sorted(set(ours) - set(theirs))
+    # Tensors llama.cpp does not quantize keep their source type on both sides (F32 in its
+    # conversion, BF16 in the checkpoint); everything else must be the same type.
+    kept = {"F32", "BF16"}
+    differ = {n: (t, theirs[n]) for n, t in ours.items() if t != theirs[n] and not (t in kept and theirs[n] in kept)}
+    assert not differ, f"{preset} {qtype}: Lumen's type vs llama.cpp's: {differ}"
+    assert sum(t not in kept for t in ours.values()) > 10
+    if preset == "tiny-moe-k2":  # 8 experts: the expert rules apply (attn_k / attn_v at Q8_0)
+        assert ours["blk.0.attn_k.weight"] == "Q8_0"
+        tokens = token_sequence(512, 16, seed=4)
+        assert np.array_equal(logits(tmp_path, src, "--quant", qtype, tokens=tokens), logits(tmp_path, packed, tokens=tokens))
+
