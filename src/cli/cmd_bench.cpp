@@ -17,7 +17,7 @@
 namespace {
 
 struct BenchCliOptions {
-  std::string model, limits, quant;
+  std::string model, limits, quant, imatrix;
   int n_prompt = 512, n_gen = 128;
   bool json = false, machine = false, kernels = false, prefill_kernels = false;
   lumen::runtime::RunFlags run;  // the --ple-* flags
@@ -29,7 +29,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
   cmd->add_option("-m,--model", opts->model, "Model directory, .gguf or packed .lmp file");
   auto* prompt_opt = cmd->add_option("-p,--prompt", opts->n_prompt, "Prompt tokens to prefill (default 512)");
   cmd->add_option("-n,--gen", opts->n_gen, "Tokens to decode (default 128)");
-  cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
+  lumen::cli::add_quant_flags(cmd, opts->quant, opts->imatrix);
   cmd->add_option("--limits", opts->limits, "Machine limits from `lumen bench --machine --json` (else measured)");
   cmd->add_flag("--machine", opts->machine, "Only measure the machine's bandwidth and int8 peak");
   cmd->add_flag("--kernels", opts->kernels, "Only time the decode kernels on 12B-shaped matrices (GB/s)");
@@ -66,6 +66,7 @@ LUMEN_COMMAND(80, [](CLI::App& app) {
     bo.n_prompt = opts->n_prompt;
     bo.n_gen = opts->n_gen;
     bo.quant = opts->quant;
+    bo.imatrix = opts->imatrix;
     RunConfig run;
     apply_run_flags(run, opts->run);
     bo.per_layer_inputs = run.per_layer_inputs;

@@ -14,7 +14,7 @@ namespace {
 struct LogitsOptions {
   bool allow_unverified = false;
   bool stats = false;
-  std::string model, tokens, out, quant;
+  std::string model, tokens, out;
   lumen::cli::ModelFlags model_flags;  // --manifest, --weights, session settings
 };
 
@@ -24,7 +24,6 @@ LUMEN_COMMAND(60, [](CLI::App& app) {
   cmd->add_option("-m,--model", opts->model, "Model directory, .gguf or packed .lmp file (default: the installed Gemma 3 270M)");
   cmd->add_option("--tokens", opts->tokens, "Comma-separated token ids")->required();
   cmd->add_option("--out", opts->out, "Output .npy file")->required();
-  cmd->add_option("--quant", opts->quant, "Convert the weights at load: q4, q8, bf16, f32");
   cmd->add_flag("--allow-unverified", opts->allow_unverified,
                 "Run a model whose manifest marks it unsupported (known not to run correctly)");
   cmd->add_flag("--stats", opts->stats,
@@ -34,7 +33,6 @@ LUMEN_COMMAND(60, [](CLI::App& app) {
   return std::pair{cmd, lumen::cli::Runner([opts] {
     const auto tokens = lumen::cli::parse_token_list(opts->tokens);
     lumen::runtime::LoadOptions load;
-    load.quant = opts->quant;
     load.allow_unverified = opts->allow_unverified;
     auto engine = lumen::cli::load_engine(opts->model, opts->model_flags, load);
     const auto logits = engine->logits_all(tokens);

@@ -24,7 +24,7 @@
 namespace {
 
 struct PerplexityOptions {
-  std::string model, file, kl_base;
+  std::string model, file, kl_base, quant, imatrix;
   int ctx = 512, chunks = 0;
   int64_t max_tokens = 0;
   bool json = false, kl = false;
@@ -63,7 +63,7 @@ void draw_progress(int done, int total, double mean_nll) {
 LUMEN_COMMAND(40, [](CLI::App& app) {
   auto o = std::make_shared<PerplexityOptions>();
   auto* cmd = app.add_subcommand("perplexity", "Perplexity of the model over a text file");
-  cmd->add_option("-m,--model", o->model, "Model directory or .gguf file (default: the installed Gemma 3 270M)");
+  cmd->add_option("-m,--model", o->model, "Model directory, .gguf or packed .lmp file (default: the installed Gemma 3 270M)");
   cmd->add_option("-f,--file", o->file, "UTF-8 text file to score");
   cmd->add_option("--ctx", o->ctx, "Tokens per chunk, the BOS included (default 512)");
   cmd->add_option("--kl-divergence-base", o->kl_base,
@@ -76,10 +76,14 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "Print the result as JSON");
   lumen::cli::add_exact_flag(cmd);
+  lumen::cli::add_quant_flags(cmd, o->quant, o->imatrix);
   return std::pair{cmd, lumen::cli::Runner([o] {
+    lumen::runtime::LoadOptions load;
+    load.quant = o->quant;
+    load.imatrix = o->imatrix;
     if (o->kl && o->kl_base.empty()) throw lumen::Error("--kl-divergence needs --kl-divergence-base FILE (the saved reference)");
     if (o->kl) {
-      auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o->model));
+      auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o->model), load);
       lumen::cli::ProgressBar bar("kl-divergence");
       const auto s = lumen::runtime::kl_divergence(*engine, o->kl_base, o->chunks, [&](int done, int total) {
         bar.update(uint64_t(done), uint64_t(total), fmt::format("{}/{} chunks", done, total));
@@ -90,7 +94,7 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
     if (o->file.empty()) throw lumen::Error("perplexity: -f FILE (the text) is required");
     const std::string text = read_text(o->file);
     if (!o->kl_base.empty()) {
-      auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o->model));
+      auto engine = lumen::runtime::Engine::load(lumen::cli::resolve_model_path(o->model), load);
       const std::vector<int32_t> ids = engine->require_tokenizer().encode(text, /*parse_special=*/false);
       lumen::cli::ProgressBar bar("kl-divergence-base");
       const auto info = lumen::runtime::save_kl_base(*engine, ids, o->ctx, o->chunks, o->kl_base, [&](int done, int total) {
@@ -107,7 +111,7 @@ LUMEN_COMMAND(40, [](CLI::App& app) {
       return 0;
     }
     const std::string model_path = lumen::cli::resolve_model_path(o->model);
-    auto engine = lumen::runtime::Engine::load(model_path);
+    auto engine = lumen::runtime::Engine::load(model_path, load);
     const auto& tok = engine->require_tokenizer();
     std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/false);
     if (ids.empty()) throw lumen::Error(o->file + ": no text to score");

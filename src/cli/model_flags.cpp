@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "kernels/matmul.h"
+#include "model/quantize_weights.h"
 #include "runtime/litert_load.h"
 #include "runtime/manifest_run.h"
 
@@ -26,6 +27,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
     cmd->add_flag("--allow-unverified", f.allow_unverified,
                   "Run a model whose manifest marks it unsupported (known not to run correctly)");
   add_exact_flag(cmd);
+  add_quant_flags(cmd, f.quant, f.imatrix);
   cmd->add_flag("--fields", f.verbose_fields, "With --manifest: list every manifest field and what Lumen does with it (stderr)");
   cmd->add_option("--kv-dtype", f.run.kv_dtype, "KV cache element type: f32, f16, bf16 (default: the manifest's, else f32)");
   cmd->add_option("--kv-layout", f.run.kv_layout, "KV cache layout: contiguous, paged, tiered (default: the manifest's, else paged)");
@@ -34,6 +36,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool with_allow_unverified) {
   cmd->add_option("--hot-window", f.run.hot_window, "Positions of full-attention layers kept hot when tiered (default 1024)");
   cmd->add_option("--prefill-chunk", f.run.prefill_chunk, "Prompt rows per forward step (default 256; serve: 64, so running streams keep flowing)");
   add_per_layer_input_flags(cmd, f.run);
+}
+
+void add_quant_flags(CLI::App* cmd, std::string& quant, std::string& imatrix) {
+  cmd->add_option("--quant", quant,
+                  "Quantize the weights at load as `lumen quantize --type` does (the same mix, the same bits): " +
+                      model::quant_target_names() + " (F32, BF16, F16: every matrix in that float format)");
+  cmd->add_option("--imatrix", imatrix,
+                  "With --quant TYPE: weight the quantizers by this importance matrix (`lumen imatrix`, or llama.cpp's)");
 }
 
 void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run) {
@@ -65,6 +75,8 @@ std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, cons
   options.litert_config = f.litert_config;
   options.litert_map = f.litert_map;
   options.litert_receipt = f.litert_receipt;
+  if (!f.quant.empty()) options.quant = f.quant;
+  if (!f.imatrix.empty()) options.imatrix = f.imatrix;
   runtime::RunConfig run;
   std::string summary;
   if (!f.manifest.empty()) {

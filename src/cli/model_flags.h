@@ -21,8 +21,14 @@ struct ModelFlags {
   bool verbose_fields = false;  // list the manifest's field table on stderr
   // A .litertlm package's HF config (or manifest), constant map file and parity receipt.
   std::string litert_config, litert_map, litert_receipt;
+  // --quant TYPE, --imatrix F: quantize the weights at load (runtime::LoadOptions).
+  std::string quant, imatrix;
   runtime::RunFlags run;
 };
+
+// --quant TYPE and --imatrix F (load-time quantization, model/quantize_weights.h), for the
+// commands that load a model.
+void add_quant_flags(CLI::App* cmd, std::string& quant, std::string& imatrix);
 
 // `CMD --exact`: the same switch as the global `lumen --exact CMD` (kernels::set_exact_matmul),
 // for the commands that run a model, so that it may follow the command name.
@@ -30,7 +36,7 @@ void add_exact_flag(CLI::App* cmd);
 // The per-layer input table flags (--ple-*), also used by commands without the rest.
 void add_per_layer_input_flags(CLI::App* cmd, runtime::RunFlags& run);
 
-// Adds the flags. `with_allow_unverified`: also --allow-unverified (commands that already
+// Adds the flags (--quant and --imatrix among them). `with_allow_unverified`: also --allow-unverified (commands that already
 // have it pass false and copy their value into ModelFlags::allow_unverified).
 void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverified);
 
@@ -38,7 +44,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& flags, bool with_allow_unverifie
 // manifest's spec and settings (after the gate and the field check; a one-line summary of
 // the field table goes to stderr, the whole table with `verbose_fields`), the weights from
 // --weights (or -m); without, the model of -m (resolve_model_path) and default settings.
-// Flags override either. `options` carries the rest (quant). `needs_tokenizer`: the command
+// Flags override either; --quant / --imatrix, when given, replace options.quant / imatrix. `needs_tokenizer`: the command
 // generates text, so the tokenizer is loaded and checked against the manifest's tokenizer
 // block here, before the summary line (a mismatch is the only line printed).
 std::unique_ptr<runtime::Engine> load_engine(const std::string& model_flag, const ModelFlags& flags,

@@ -271,6 +271,7 @@ void requantize_weights(ModelWeights& w, quant::WeightFormat target) {
                     &l.per_layer_gate, &l.per_layer_projection})
       convert(*m);
     for (auto* s : {&l.expert_gate_up, &l.expert_down}) convert_stacked(w, *s, target);
+    if (l.qkv.data && l.q_proj.data != l.qkv.data) l.qkv = {};  // q, k, v are no longer its slices
   }
   convert(w.per_layer_model_projection);
   convert(w.embed_tokens);

@@ -33,6 +33,9 @@ struct StackedMatrices {
 
 struct LayerWeights {
   quant::WeightMatrix q_proj, k_proj, v_proj /* empty when k_eq_v or KV-shared */, o_proj;
+  // A GGUF's fused attn_qkv (llama.cpp's --fuse-qkv) when the file has one: q_proj, k_proj and
+  // v_proj are its row slices (a quantizer treats it as one tensor, as llama.cpp does).
+  quant::WeightMatrix qkv;
   quant::WeightMatrix gate_proj, up_proj, down_proj;
   std::vector<float> input_norm, post_attention_norm, pre_ffn_norm, post_ffn_norm;
   std::vector<float> q_norm, k_norm;  // empty: unit gain
@@ -72,7 +75,7 @@ using TensorLookup = std::function<const formats::TensorView*(const std::string&
 // expect). `source` names the checkpoint in errors. Throws lumen::Error with one line
 // naming the file and tensor on any mismatch.
 // `requantize`: convert every projection matrix, the experts and the embedding to this format
-// at load (quant/convert.h); norms and scalars stay f32 whatever it is, and the router and
+// at load (quant/convert.h: the float formats; model/quantize_weights.h quantizes); norms and scalars stay f32 whatever it is, and the router and
 // the per-layer input table keep their stored format (the table is billions of values that
 // stay mapped: `lumen convert` stores it quantized).
 ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& lookup,
@@ -85,7 +88,7 @@ ModelWeights bind_weights(const spec::ModelSpec& spec, const TensorLookup& looku
 void repack_for_int8_kernels(ModelWeights& weights);
 
 // Converts every projection matrix and the embedding (and the output projection) to `target`
-// (quant/convert.h: q4 = Q4_0X4, q8 = Q8_0X4, bf16, f32) from whatever format they were bound
+// (quant/convert.h: f32, f16, bf16, or the X4 layouts) from whatever format they were bound
 // in, e.g. a GGUF model's ggml blocks. Matrices already in `target` are left as they are.
 void requantize_weights(ModelWeights& weights, quant::WeightFormat target);
 

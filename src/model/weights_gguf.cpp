@@ -183,10 +183,10 @@ ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufF
       lw.q_proj = bind.matrix(p + "attn_q.weight", q_dim, H);
     } else if (!ls.k_eq_v && file.find(p + "attn_qkv.weight")) {
       // llama.cpp's fused projection (convert_hf_to_gguf.py --fuse-qkv): rows q, then k, then v.
-      const quant::WeightMatrix qkv = bind.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, H);
-      lw.q_proj = row_slice(qkv, 0, q_dim);
-      lw.k_proj = row_slice(qkv, q_dim, kv_dim);
-      lw.v_proj = row_slice(qkv, q_dim + kv_dim, kv_dim);
+      lw.qkv = bind.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, H);
+      lw.q_proj = row_slice(lw.qkv, 0, q_dim);
+      lw.k_proj = row_slice(lw.qkv, q_dim, kv_dim);
+      lw.v_proj = row_slice(lw.qkv, q_dim + kv_dim, kv_dim);
     } else {
       lw.q_proj = bind.matrix(p + "attn_q.weight", q_dim, H);
       lw.k_proj = bind.matrix(p + "attn_k.weight", kv_dim, H);

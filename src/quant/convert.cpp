@@ -1,6 +1,7 @@
 #include "quant/convert.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/dtype.h"
@@ -8,14 +9,6 @@
 #include "quant/repack.h"
 
 namespace lumen::quant {
-
-WeightFormat quant_target_from_name(const std::string& name, const std::string& what) {
-  if (name == "q4") return WeightFormat::Q4_0X4;
-  if (name == "q8") return WeightFormat::Q8_0X4;
-  if (name == "bf16") return WeightFormat::BF16;
-  if (name == "f32") return WeightFormat::F32;
-  throw Error(what + ": unknown quantization " + in_quotes(name) + " (q4, q8, bf16, f32)");
-}
 
 size_t converted_bytes(WeightFormat target, int64_t cols, int64_t r0, int64_t r1) {
   if (is_interleaved(target)) {
@@ -35,9 +28,9 @@ void convert_rows(const WeightMatrix& src, WeightFormat target, int64_t r0, int6
       std::byte* out = dst + size_t(r - r0) * rb;
       if (target == WeightFormat::F32) {
         std::memcpy(out, row.data(), size_t(cols) * 4);
-      } else if (target == WeightFormat::BF16) {
+      } else if (target == WeightFormat::BF16 || target == WeightFormat::F16) {
         for (int64_t c = 0; c < cols; ++c) {
-          const uint16_t h = f32_to_bf16(row[size_t(c)]);
+          const uint16_t h = target == WeightFormat::BF16 ? f32_to_bf16(row[size_t(c)]) : f32_to_f16(row[size_t(c)]);
           std::memcpy(out + c * 2, &h, 2);
         }
       } else if ((target == WeightFormat::Q4_0 || target == WeightFormat::Q8_0) && cols % 32 == 0) {

@@ -1,18 +1,14 @@
 // Converting a weight matrix from any readable format into a storage target: the X4 layouts
-// for the int8 kernels (q4, q8), or plain bf16 / f32.
+// for the int8 kernels (Q4_0X4, Q8_0X4), row-major Q4_0 / Q8_0 blocks, or plain f32 / f16 / bf16
+// (exact expansion, then round to nearest even; the searching quantizers are quant/quantize.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "quant/weight_matrix.h"
 
 namespace lumen::quant {
-
-// "q4" -> Q4_0X4, "q8" -> Q8_0X4, "bf16" -> BF16, "f32" -> F32. Throws lumen::Error naming
-// `what` (e.g. "--quant") for anything else.
-WeightFormat quant_target_from_name(const std::string& name, const std::string& what);
 
 // Converts rows [r0, r1) of `src` into `target`, writing the bytes those rows occupy in the
 // target layout to dst. For the X4 targets r0 must be a multiple of 4 and r1 a multiple of 4

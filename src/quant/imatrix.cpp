@@ -152,4 +152,24 @@ std::vector<float> imatrix_importance(const ImatrixEntry& e) {
   return out;
 }
 
+std::map<std::string, std::vector<float>> imatrix_importance_for(const Imatrix& imatrix, const std::string& path,
+                                                                 const std::map<std::string, ImatrixTensorShape>& tensors,
+                                                                 const std::string& model) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, e] : imatrix.entries) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end())
+      throw Error(path + ": imatrix entry '" + printable(name) + "' names no tensor of " + model +
+                  " (an imatrix of another model?)");
+    const ImatrixTensorShape& t = it->second;
+    if (e.counts.size() != size_t(t.matrices) || e.sums.size() != size_t(t.row_length) * size_t(t.matrices))
+      throw Error(path + ": imatrix entry '" + printable(name) + "' has " + std::to_string(e.sums.size()) +
+                  " values but tensor '" + printable(name) + "' of " + model + " has rows of " +
+                  std::to_string(t.row_length) + (t.matrices > 1 ? " in " + std::to_string(t.matrices) + " matrices" : "") +
+                  " (an imatrix of another model?)");
+    out[name] = imatrix_importance(e);
+  }
+  return out;
+}
+
 }  // namespace lumen::quant

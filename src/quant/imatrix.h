@@ -42,4 +42,17 @@ void write_imatrix(const std::string& path, const Imatrix& imatrix);
 // tokens, as llama.cpp does).
 std::vector<float> imatrix_importance(const ImatrixEntry& entry);
 
+// A tensor an imatrix may hold an entry for: its row length and how many matrices it stacks.
+struct ImatrixTensorShape {
+  int64_t row_length = 0;
+  int64_t matrices = 1;
+};
+// The importance of every entry of `imatrix` (read from `path`) for a model's tensors (by
+// name): imatrix_importance of each entry, matrices x row length values. Every entry must name
+// one of `tensors` and hold exactly its shape's values; otherwise lumen::Error naming `path`,
+// the entry and `model` (an imatrix of another model).
+std::map<std::string, std::vector<float>> imatrix_importance_for(const Imatrix& imatrix, const std::string& path,
+                                                                 const std::map<std::string, ImatrixTensorShape>& tensors,
+                                                                 const std::string& model);
+
 }  // namespace lumen::quant

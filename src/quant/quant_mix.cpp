@@ -103,11 +103,14 @@ int mix_type(MixState& s, const MixTensor& t, Category cat, int type) {
     else if (is({FileType::Q4_K_M, FileType::Q5_K_M}) && use_more_bits(s.i_attention_wv, s.n_attention_wv))
       type = int(GgmlType::Q6_K);
     else if (ft == FileType::Q4_K_S && s.i_attention_wv < 4) type = int(GgmlType::Q5_K);
+    if (s.o.n_expert == 8) type = int(GgmlType::Q8_0);
     ++s.i_attention_wv;
     return type;
   }
   if (cat == Category::FfnDown) {
-    const int i = s.i_ffn_down, n = s.o.n_layers;
+    const int i = s.o.n_expert > 1 ? block_number(t.name) : s.i_ffn_down, n = s.o.n_layers;
+    if (s.o.n_expert > 1 && (i < 0 || i >= n))
+      throw Error("tensor '" + t.name + "': no block number in 0.." + std::to_string(n - 1) + " in its name");
     if (ft == FileType::Q4_K_M) {
       if (use_more_bits(i, n)) type = int(GgmlType::Q6_K);
     } else if (i < n / 8 && is({FileType::IQ4_NL, FileType::IQ4_XS}) && !s.o.has_imatrix) {
@@ -122,6 +125,10 @@ int mix_type(MixState& s, const MixTensor& t, Category cat, int type) {
     ++s.i_ffn_down;
     return type;
   }
+  if (cat == Category::AttnK && s.o.n_expert == 8) return int(GgmlType::Q8_0);
+  if (cat == Category::AttnOutput && s.o.n_expert == 8 &&
+      is({FileType::IQ4_NL, FileType::Q4_K_S, FileType::Q4_K_M, FileType::IQ4_XS}))
+    return int(GgmlType::Q5_K);
   if (cat == Category::AttnQkv) {
     if (ft == FileType::Q4_K_M) return int(GgmlType::Q5_K);
     if (ft == FileType::Q5_K_M) return int(GgmlType::Q6_K);

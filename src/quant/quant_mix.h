@@ -9,6 +9,9 @@
 //     IQ4_XS (Q5_K for attn_v when 4+ query heads share a KV head; ffn_down's first
 //     eighth without an imatrix); Q4_0/Q5_0 with an imatrix put the first eighth of
 //     ffn_down in Q4_1/Q5_1;
+//   - with experts (n_expert > 1), ffn_down's layer is the block number in its name (the
+//     dense ffn_down and ffn_down_exps of a block share it); with exactly 8 experts attn_v
+//     and attn_k go to Q8_0, and attn_output to Q5_K in the 4-bit K and IQ4 mixes;
 //   - a type whose block does not divide a tensor's rows falls back (Q4_K -> Q5_0,
 //     Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, then F16);
 //   - `--tensor-type PATTERN=TYPE` overrides (a regex searched in the name; first match
@@ -69,6 +72,8 @@ struct MixOptions {
   bool has_imatrix = false;
   int n_layers = 0;  // block count
   int n_gqa = 1;     // query heads per KV head (layer 0), as llama.cpp's hparams.n_gqa()
+  int n_expert = 0;  // experts per MoE block (0: none); with more than one, a tensor's layer
+                     // comes from its name, not from its place in the file (as llama.cpp)
   std::vector<TensorTypeOverride> overrides;
 };
 

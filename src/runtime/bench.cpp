@@ -122,6 +122,7 @@ BenchResult run_bench(const std::string& model_path, const BenchOptions& o, cons
   auto t0 = Clock::now();
   LoadOptions load_options;
   load_options.quant = o.quant;
+  load_options.imatrix = o.imatrix;
   auto engine = Engine::load(model_path, load_options);
   r.load_s = since(t0);
   const auto& spec = engine->spec();

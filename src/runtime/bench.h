@@ -37,7 +37,7 @@ struct BenchOptions {
   int n_prompt = 512;
   int n_gen = 128;
   uint64_t seed = 1;
-  std::string quant;  // convert at load (Engine LoadOptions)
+  std::string quant, imatrix;  // quantize at load (Engine LoadOptions)
   model::PerLayerInputConfig per_layer_inputs;  // the table's caches (models with per-layer inputs)
 };
 

@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "kernels/ops.h"
 #include "kv/make_cache.h"
-#include "quant/convert.h"
+#include "model/quantize_weights.h"
 #include "runtime/manifest_run.h"
 #include "runtime/litert_load.h"
 
@@ -15,8 +15,21 @@ namespace lumen::runtime {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOptions& options) {
+  // --quant: a float format converts while binding; a quantized file type quantizes the bound
+  // weights (model/quantize_weights.h), whatever they were stored as.
   std::optional<quant::WeightFormat> requantize;
-  if (!options.quant.empty()) requantize = quant::quant_target_from_name(options.quant, "--quant");
+  std::optional<model::QuantTarget> quantize;
+  if (!options.quant.empty()) {
+    const model::QuantTarget target = model::parse_quant_target(options.quant, "--quant");
+    if (target.mix) quantize = target;
+    else requantize = target.format;
+  }
+  if (!options.imatrix.empty() && !quantize)
+    throw Error("--imatrix " + options.imatrix + ": an importance matrix weights a quantizer; give --quant and a quantized type (" +
+                (options.quant.empty() ? "none given" : options.quant + " is a float format") + ")");
+  auto quantize_bound = [&](const spec::ModelSpec& spec, model::ModelWeights& weights) {
+    if (quantize) model::quantize_weights(weights, spec, *quantize, options.imatrix, model_path);
+  };
   if (formats::is_packed_file(model_path)) {
     std::unique_ptr<Engine> engine(new Engine());
     engine->path_ = model_path;
@@ -25,6 +38,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     spec::ModelSpec spec = spec_to_run(spec::spec_from_hf_config(packed.config(), model_path), options);
     model::ModelWeights weights = model::bind_weights(
         spec, [&](const std::string& name) { return packed.find(name); }, packed.names(), model_path, requantize);
+    quantize_bound(spec, weights);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
     return engine;
   }
@@ -34,6 +48,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     LitertModel m = load_litert_package(model_path, {options.manifest_spec, options.litert_config, options.litert_map, options.litert_receipt,
                                                      options.allow_unverified, requantize});
     if (m.tokenizer) engine->set_tokenizer(std::move(m.tokenizer));
+    quantize_bound(m.spec, m.weights);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(m.spec), std::move(m.weights));
     return engine;
   }
@@ -41,8 +56,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
     engine->gguf_ = std::make_unique<formats::GgufFile>(formats::GgufFile::open(model_path));
     spec::ModelSpec spec = spec_to_run(spec::spec_from_gguf(*engine->gguf_), options);
     model::ModelWeights weights = model::bind_gguf_weights(spec, *engine->gguf_);
-    // --quant: the ggml blocks expanded exactly, then stored in the requested format.
+    // --quant f32/bf16/f16: the ggml blocks expanded exactly, then stored in that format.
     if (requantize) model::requantize_weights(weights, *requantize);
+    quantize_bound(spec, weights);
     engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
     engine->path_ = model_path;
     return engine;
@@ -63,6 +79,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const LoadOp
   const auto& ckpt = engine->checkpoint_;
   model::ModelWeights weights = model::bind_weights(
       spec, [&](const std::string& name) { return ckpt.find(name); }, ckpt.names(), model_path, requantize);
+  quantize_bound(spec, weights);
   engine->model_ = std::make_unique<model::GemmaModel>(std::move(spec), std::move(weights));
   return engine;
 }

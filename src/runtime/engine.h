@@ -22,9 +22,13 @@
 namespace lumen::runtime {
 
 struct LoadOptions {
-  // "" keeps the stored formats; "q4", "q8", "bf16", "f32" converts the matrices at load
-  // (quant/convert.h). A packed file (`lumen convert`) is already converted.
+  // "" keeps the stored formats. A llama.cpp file type (Q4_K_M, Q8_0, ...; q4 = Q4_K_M,
+  // q8 = Q8_0) quantizes the matrices at load with `lumen quantize`'s quantizers and mix
+  // (model/quantize_weights.h: the same bits as the GGUF it writes); f32, bf16, f16 convert
+  // every matrix to that float format.
   std::string quant;
+  // With a quantized `quant`: the importance matrix to weight the quantizers with ("" none).
+  std::string imatrix;
   // Load a manifest whose `unsupported` block marks it known-bad (refused otherwise).
   bool allow_unverified = false;
   // A spec from a manifest (`--manifest`), run instead of the weights' own description after

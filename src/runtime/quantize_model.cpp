@@ -2,16 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 
 #include "base/error.h"
 #include "formats/gguf.h"
-#include "kernels/thread_pool.h"
+#include "model/quantize_weights.h"
 #include "model/weights.h"
 #include "quant/ggml_blocks.h"
 #include "quant/imatrix.h"
@@ -114,6 +112,7 @@ quant::MixOptions mix_options(const ModelSource& src, const QuantizeOptions& o, 
   const auto heads = metadata_int(md, arch + ".attention.head_count");
   const auto kv = metadata_int(md, arch + ".attention.head_count_kv");
   m.n_gqa = heads && kv && *kv > 0 ? int(*heads / *kv) : 1;
+  m.n_expert = int(metadata_int(md, arch + ".expert_count").value_or(0));
   return m;
 }
 
@@ -127,6 +126,13 @@ int64_t rows_of(const ModelSource::Tensor& t) {
   int64_t r = 1;
   for (size_t k = 1; k < t.ne.size(); ++k) r *= t.ne[k];
   return r;
+}
+
+// Matrices stacked in a tensor (ne[2] and up: experts), 1 for a matrix or a vector.
+int64_t matrices_of(const ModelSource::Tensor& t) {
+  int64_t n = 1;
+  for (size_t k = 2; k < t.ne.size(); ++k) n *= t.ne[k];
+  return n;
 }
 
 }  // namespace
@@ -161,26 +167,14 @@ std::vector<int> planned_types(const ModelSource& source, const QuantizeOptions&
 
 QuantizeResult quantize_model(const ModelSource& src, const std::string& out, const QuantizeOptions& o) {
   const auto& tensors = src.tensors();
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].name] = i;
-
   // The imatrix: every entry must name a tensor of this model with its row length.
   quant::Imatrix imatrix;
   std::map<std::string, std::vector<float>> importance;
   if (!o.imatrix.empty()) {
     imatrix = quant::read_imatrix(o.imatrix);
-    for (const auto& [name, e] : imatrix.entries) {
-      const auto it = index.find(name);
-      if (it == index.end())
-        throw Error(o.imatrix + ": imatrix entry '" + printable(name) + "' names no tensor of " + src.path() +
-                    " (an imatrix of another model?)");
-      const auto& t = tensors[it->second];
-      if (e.sums.size() != size_t(t.ne[0]) * e.counts.size() || e.counts.size() != 1)
-        throw Error(o.imatrix + ": imatrix entry '" + printable(name) + "' has " + std::to_string(e.sums.size()) +
-                    " values but tensor '" + name + "' of " + src.path() + " has rows of " + std::to_string(t.ne[0]) +
-                    " (an imatrix of another model?)");
-      importance[name] = quant::imatrix_importance(e);
-    }
+    std::map<std::string, quant::ImatrixTensorShape> shapes;
+    for (const auto& t : tensors) shapes[t.name] = {t.ne[0], matrices_of(t)};
+    importance = quant::imatrix_importance_for(imatrix, o.imatrix, shapes, src.path());
   }
 
   const std::vector<int> types = planned_types(src, o, !importance.empty());
@@ -218,7 +212,6 @@ QuantizeResult quantize_model(const ModelSource& src, const std::string& out, co
   QuantizeResult result;
   result.imatrix_entries = int(importance.size());
   formats::GgufWriter writer(out, md, infos);
-  auto& pool = kernels::ThreadPool::global();
   std::vector<float> f32;
   std::vector<uint8_t> packed;
   for (size_t k = 0; k < order.size(); ++k) {
@@ -240,29 +233,19 @@ QuantizeResult quantize_model(const ModelSource& src, const std::string& out, co
       continue;
     }
     const size_t row_bytes = quant::ggml_row_bytes(to, cols);
+    // Slabs within one matrix: a stack of matrices (experts) has importance per matrix.
+    const int64_t matrix_rows = rows / matrices_of(t);
     const int64_t slab = std::max<int64_t>(1, (int64_t(64) << 20) / (cols * 4));
     for (int64_t r0 = 0; r0 < rows; r0 += slab) {
-      const int64_t r1 = std::min(rows, r0 + slab);
+      const int64_t r1 = std::min({rows, r0 + slab, (r0 / matrix_rows + 1) * matrix_rows});
       f32.resize(size_t((r1 - r0) * cols));
       src.read_rows(i, r0, r1, f32.data());
       packed.resize(size_t(r1 - r0) * row_bytes);
-      std::exception_ptr failure;
-      std::mutex failure_mutex;
-      pool.parallel_for(r1 - r0, [&](int64_t a, int64_t b) {
-        try {
-          for (int64_t r = a; r < b; ++r)
-            quant::quantize_row_ggml(to, f32.data() + r * cols, cols, imp, packed.data() + size_t(r) * row_bytes);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          if (!failure) failure = std::current_exception();
-        }
-      });
-      if (failure) {
-        try {
-          std::rethrow_exception(failure);
-        } catch (const Error& e) {
-          throw Error(src.path() + ": tensor '" + printable(t.name) + "': " + e.what());
-        }
+      try {
+        model::quantize_f32_rows(to, f32.data(), r1 - r0, cols, imp ? imp + (r0 / matrix_rows) * cols : nullptr,
+                                 reinterpret_cast<std::byte*>(packed.data()));
+      } catch (const Error& e) {
+        throw Error(src.path() + ": tensor '" + printable(t.name) + "': " + e.what());
       }
       writer.write(packed.data(), packed.size());
       if (o.progress) o.progress(writer.written_bytes(), writer.total_bytes());

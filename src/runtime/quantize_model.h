@@ -4,9 +4,9 @@
 // imatrix (quant/imatrix.h).
 //
 // Sources: a GGUF (any tensor types; quantized ones only with allow_requantize, as
-// llama-quantize), a Hugging Face checkpoint directory (safetensors, any float dtype) or a
-// packed .lmp (both converted to llama.cpp's names and metadata as its converter writes
-// them: runtime/gguf_export.h).
+// llama-quantize). A Hugging Face checkpoint directory or a packed .lmp is refused by name
+// (writing llama.cpp's metadata for one is not done yet); `--quant` at load and
+// `lumen convert` quantize those with the same mix and quantizers (model/quantize_weights.h).
 //
 // Streaming: tensors are read, quantized and written a slab of rows at a time (about 64 MiB
 // of f32 per slab, rows spread over the thread pool), so memory stays bounded whatever the
@@ -46,7 +46,7 @@ class ModelSource {
 
 // A GGUF file, its metadata and tensors as they are.
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path);
-// Any source: a .gguf, a packed .lmp, or a Hugging Face checkpoint directory.
+// Any source: a .gguf; a packed .lmp or a checkpoint directory is refused with one line.
 std::unique_ptr<ModelSource> open_model_source(const std::string& path);
 
 struct QuantizeOptions {

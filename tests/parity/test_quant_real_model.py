@@ -3,20 +3,25 @@
 The tiny test models have random weights and amplify any perturbation (bf16 rounding alone
 flips ~3-5% of their top-1 tokens), so the issue's q8 bar (top-1 agreement >= 99% against the
 f32 path of the same weights) is measured here, on real weights, and on a trained tiny model
-(test_quant_trained.py): the GGUF's blocks are expanded
-exactly to f32 (`--quant f32`, the reference) and, separately, stored as bf16 (f32 activations)
-or requantized to Q8_0 / Q4_0 and run through the int8-activation kernels (`--quant q8`,
-`--quant q4`). 256 positions of public-domain text (KJV Genesis, Debian bible-kjv). The figures
-go to parity_report.json.
+(test_quant_trained.py). The GGUF's blocks are expanded exactly to f32 (`--quant f32`, the
+reference) and, separately, stored as bf16 (f32 activations) or quantized at load with the mixes
+and quantizers of `lumen quantize` (`--quant q8` = Q8_0, `--quant Q4_0`), run on the block
+kernels. `--quant q4` is the Q4_K_M mix: this file's own, so every tensor keeps its stored
+blocks and the logits equal the file's as loaded. 256 positions of public-domain text (KJV
+Genesis, Debian bible-kjv). The figures go to parity_report.json.
 
-Measured (2026-12-03, this test): bf16 98.4% / KL 3.0e-4; q8 96.9% / KL 0.0045 with the
-default split activations (LUMEN_Q8_ACT=int8x2: two int8 halves per block), 94.5% / KL 0.020
-with single int8 activations (LUMEN_Q8_ACT=int8); q4 53% / KL 1.74. The split takes the
-activations' share of the error away (KL / 4.4); what is left is the Q8_0 weights' rounding.
-q8 stays below the issue's 99% bar on this model (the bar is met on a trained tiny model,
-test_quant_trained.py); the kernels equal their scalar reference (unit tests), so the loss is
-in the format, not a kernel. The assertions pin what is measured with about 2x margin in
-KL, so a regression fails, and keep the order bf16 < q8 < q8 (int8 activations) < q4 in KL.
+Measured (2026-12-03, this test, AVX2): bf16 98.4% / KL 3.0e-4; q8 98.8% / KL 0.0014 with the
+default split activations (LUMEN_BLOCK_ACT=int8x2: two int8 halves per block), 94.5% / KL 0.015
+with single int8 activations (LUMEN_BLOCK_ACT=int8); q4 (the file itself on the block kernels)
+100% / KL 1.5e-7; Q4_0 62.9% / KL 1.45, requantized from the Q4_K_M blocks with the embedding at
+Q8_0 (the round-to-nearest Q4_0 of every matrix, embedding included, that `--quant q4` and
+`--quant q8` were before: q4 57.0% / KL 1.74, q8 96.9% / KL 0.0045, the previous binary on the
+same positions). The split takes the activations' share of the error away; what is left is the
+Q8_0 weights' rounding. q8 stays below the issue's 99% bar on this model (the bar is met on a
+trained tiny model, test_quant_trained.py); the kernels equal their scalar reference (unit
+tests), so the loss is in the format, not a kernel. The assertions pin what is measured with
+about 2x margin in KL (Q4_0: 10%, below what the round-to-nearest Q4_0 gave), so a regression
+fails, and keep the order bf16 < q8 < q8 (int8 activations) < Q4_0 in KL.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ def prompt_ids() -> list[int]:
 
 
 def logits_at(quant: str, ids: list[int]) -> np.ndarray:
-    out = work_dir() / f"real-model-logits-{quant}-{os.getpid()}.npy"
-    cp = run_lumen("logits", "-m", str(MODEL), "--tokens", tokens_arg(ids), "--out", str(out), "--quant", quant)
+    out = work_dir() / f"real-model-logits-{quant or 'stored'}-{os.getpid()}.npy"
+    cp = run_lumen("logits", "-m", str(MODEL), "--tokens", tokens_arg(ids), "--out", str(out), *(["--quant", quant] if quant else []))
     assert cp.returncode == 0, describe(cp)
     logits = np.load(out)
     out.unlink()
@@ -86,17 +91,23 @@ def test_q8_and_q4_against_the_f32_path_on_real_weights(prompt_ids, monkeypatch)
     assert np.abs(own - ref[:32]).max() <= 1e-4 * np.abs(ref[:32]).max()
 
     bf16 = compare(ref, logits_at("bf16", prompt_ids))
-    monkeypatch.setenv("LUMEN_Q8_ACT", "int8x2")
+    monkeypatch.setenv("LUMEN_BLOCK_ACT", "int8x2")
     q8 = compare(ref, logits_at("q8", prompt_ids))
-    monkeypatch.setenv("LUMEN_Q8_ACT", "int8")
+    monkeypatch.setenv("LUMEN_BLOCK_ACT", "int8")
     q8_int8 = compare(ref, logits_at("q8", prompt_ids))
-    monkeypatch.delenv("LUMEN_Q8_ACT")
-    q4 = compare(ref, logits_at("q4", prompt_ids))
+    monkeypatch.delenv("LUMEN_BLOCK_ACT")
+    q4_logits = logits_at("q4", prompt_ids)
+    # q4 is the Q4_K_M mix, the file's own: nothing is requantized.
+    assert np.array_equal(q4_logits, logits_at("", prompt_ids))
+    q4 = compare(ref, q4_logits)
+    del q4_logits
+    q4_0 = compare(ref, logits_at("Q4_0", prompt_ids))
     record("quant_real_model", "gemma3-270m",
-           {"bf16": bf16, "q8": q8, "q8_int8_activations": q8_int8, "q4": q4})
-    print(f"bf16: {bf16}\nq8: {q8}\nq8 (int8 activations): {q8_int8}\nq4: {q4}")
+           {"bf16": bf16, "q8": q8, "q8_int8_activations": q8_int8, "q4": q4, "Q4_0": q4_0})
+    print(f"bf16: {bf16}\nq8: {q8}\nq8 (int8 activations): {q8_int8}\nq4 (= Q4_K_M): {q4}\nQ4_0: {q4_0}")
     assert bf16["top1_agreement"] >= 0.97 and bf16["mean_kl"] < 1e-3, bf16
-    assert q8["top1_agreement"] >= 0.95 and q8["mean_kl"] < 0.009, q8
-    assert q8_int8["top1_agreement"] >= 0.92 and q8_int8["mean_kl"] < 0.04, q8_int8
-    assert q4["top1_agreement"] >= 0.45 and q4["mean_kl"] < 3.5, q4
-    assert bf16["mean_kl"] < q8["mean_kl"] < q8_int8["mean_kl"] < q4["mean_kl"], (bf16, q8, q8_int8, q4)
+    assert q8["top1_agreement"] >= 0.97 and q8["mean_kl"] < 0.003, q8
+    assert q8_int8["top1_agreement"] >= 0.92 and q8_int8["mean_kl"] < 0.03, q8_int8
+    assert q4["top1_agreement"] >= 0.99 and q4["mean_kl"] < 1e-5, q4
+    assert q4_0["top1_agreement"] >= 0.6 and q4_0["mean_kl"] < 1.6, q4_0
+    assert bf16["mean_kl"] < q8["mean_kl"] < q8_int8["mean_kl"] < q4_0["mean_kl"], (bf16, q8, q8_int8, q4_0)

@@ -10,11 +10,14 @@ trained ~30 CPU-seconds on the KJV Pentateuch (Debian's bible-kjv), deterministi
 cached in LUMEN_WORK_DIR/models keyed by the trainer's source and the torch/transformers
 versions. The 256 evaluation positions are held-out text (Matthew).
 
-Formats, all converted at load from the same f32 checkpoint:
+Formats, all made at load from the same f32 checkpoint (`--quant`: the mixes and quantizers of
+`lumen quantize`), the quantized ones run on the block kernels:
   bf16  weights rounded to bf16, f32 activations
-  q8    Q8_0 weights, activations as two int8 halves (the default, LUMEN_Q8_ACT=int8x2)
-  q8 with LUMEN_Q8_ACT=int8: Q8_0 weights, single int8 activations (reported, weaker bound)
-  q4    Q4_0 weights (embedding/output projection too), single int8 activations
+  q8    = Q8_0: every matrix Q8_0, activations as two int8 halves (the default, LUMEN_BLOCK_ACT=int8x2)
+  q8 with LUMEN_BLOCK_ACT=int8: the same weights, single int8 activations (reported, weaker bound)
+  q4    = Q4_K_M: hidden 128 is not a whole 256-block, so llama.cpp's fallbacks give Q5_0 for
+        Q4_K and Q8_0 for the Q6_K it raises (attn_v, ffn_down on the outer layers, the
+        embedding), split activations
 Figures go to LUMEN_WORK_DIR/parity_report.json (section quant_trained) and docs/kernels.md.
 """
 from __future__ import annotations
@@ -117,34 +120,43 @@ def test_q8_and_q4_against_f32_on_a_trained_model(trained, eval_ids, tmp_path, m
 
     figures = {"f32": {"eval_nll_nats_per_byte": nll, "mean_top1_probability": top_p}}
     figures["bf16"] = compare(f32, lumen_logits(tmp_path, trained, ids, "bf16", "bf16"))
-    monkeypatch.setenv("LUMEN_Q8_ACT", "int8x2")
+    monkeypatch.setenv("LUMEN_BLOCK_ACT", "int8x2")
     figures["q8"] = compare(f32, lumen_logits(tmp_path, trained, ids, "q8", "q8"))
-    monkeypatch.setenv("LUMEN_Q8_ACT", "int8")
+    monkeypatch.setenv("LUMEN_BLOCK_ACT", "int8")
     figures["q8_int8_activations"] = compare(f32, lumen_logits(tmp_path, trained, ids, "q8", "q8-int8"))
-    monkeypatch.delenv("LUMEN_Q8_ACT")
+    monkeypatch.delenv("LUMEN_BLOCK_ACT")
     figures["q4"] = compare(f32, lumen_logits(tmp_path, trained, ids, "q4", "q4"))
     record("quant_trained", f"trained-tiny-s{SEED}", figures)
     print(json.dumps(figures, indent=2))
 
     q8, q8s, q4, bf16 = figures["q8"], figures["q8_int8_activations"], figures["q4"], figures["bf16"]
-    # Measured (seed 0, torch 2.15, 2026-12-03): bf16 100% / KL 2.2e-6; q8 100% / 1.9e-5;
-    # q8 with int8 activations 98.8% / 4.6e-5; q4 94.9% / 4.8e-3. Bounds: the issue's bar for
+    # Measured (seed 0, 2026-12-03, Q8_0 / Q4_K_M mixes on the block kernels): bf16 99.6% / KL
+    # 2.0e-6; q8 100% / 1.5e-5; q8 with int8 activations 99.6% / 4.5e-5; q4 98.8% / 4.3e-4 (the
+    # round-to-nearest Q4_0 that q4 was before: 94.9% / 4.8e-3). Bounds: the issue's bar for
     # q8, about 4x the measured KL elsewhere.
     assert q8["top1_agreement"] >= 0.99, q8          # the issue's bar
     assert q8["mean_kl"] <= 1e-4, q8
     assert q8s["top1_agreement"] >= 0.97 and q8s["mean_kl"] <= 2e-4, q8s
     assert bf16["top1_agreement"] >= 0.99 and bf16["mean_kl"] <= 1e-5, bf16
-    assert q4["top1_agreement"] >= 0.88 and q4["mean_kl"] <= 0.02, q4
+    assert q4["top1_agreement"] >= 0.96 and q4["mean_kl"] <= 2e-3, q4
     # Each step of precision helps: bf16 < q8 (split activations) < q8 (int8) < q4 in KL.
     assert bf16["mean_kl"] < q8["mean_kl"] < q8s["mean_kl"] < q4["mean_kl"], figures
 
 
-def test_bad_q8_activation_mode_is_one_clear_error(trained, tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMEN_Q8_ACT", "int16")
+@pytest.mark.parametrize("variable", ["LUMEN_BLOCK_ACT", "LUMEN_Q8_ACT"])
+def test_bad_activation_mode_is_one_clear_error(trained, tmp_path, monkeypatch, variable):
+    """LUMEN_BLOCK_ACT drives the block kernels (`--quant q8`: Q8_0 blocks), LUMEN_Q8_ACT the
+    interleaved Q8_0X4 kernels (a synthetic q8 .lmp)."""
+    model, flags = trained, ["--quant", "q8"]
+    if variable == "LUMEN_Q8_ACT":
+        model, flags = tmp_path / "synthetic-q8.lmp", []
+        cp = run_lumen("convert", "--synthetic", trained / "config.json", model, "--quant", "q8")
+        assert cp.returncode == 0, describe(cp)
+    monkeypatch.setenv(variable, "int16")
     out = tmp_path / "x.npy"
-    cp = run_lumen("logits", "-m", trained, "--tokens", "2,5,6", "--out", out, "--quant", "q8")
+    cp = run_lumen("logits", "-m", model, "--tokens", "2,5,6", "--out", out, *flags)
     assert cp.returncode == 1, describe(cp)
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(PREFIX), describe(cp)
-    assert "LUMEN_Q8_ACT" in lines[0] and "int16" in lines[0], describe(cp)
+    assert variable in lines[0] and "int16" in lines[0], describe(cp)
     assert not out.exists()

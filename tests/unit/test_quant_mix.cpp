@@ -161,3 +161,49 @@ TEST(QuantMix, OddRowsFallBackToF16AndOrderIsLlamaCpps) {
       {"blk.10.attn_q.weight", "token_embd.weight", "blk.2.ffn_up.weight", "output_norm.weight", "blk.2.attn_k.weight"});
   EXPECT_EQ(order, (std::vector<size_t>{3, 1, 4, 2, 0}));
 }
+
+// With experts, llama.cpp takes ffn_down's layer from the name (the dense ffn_down and the
+// experts' ffn_down_exps of a block are the same layer), not from a running count; 8 experts
+// raise attn_k / attn_v to Q8_0 and attn_output to Q5_K.
+TEST(QuantMix, ExpertModelsTakeTheLayerFromTheName) {
+  constexpr int kBlocks = 8;
+  std::vector<quant::MixTensor> t;
+  for (int l = 0; l < kBlocks; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    t.push_back({p + "ffn_down.weight", int(GgmlType::F32), {256, 256}});
+    t.push_back({p + "ffn_down_exps.weight", int(GgmlType::F32), {256, 256, 4}});
+    t.push_back({p + "attn_k.weight", int(GgmlType::F32), {256, 256}});
+    t.push_back({p + "attn_v.weight", int(GgmlType::F32), {256, 256}});
+    t.push_back({p + "attn_output.weight", int(GgmlType::F32), {256, 256}});
+  }
+  quant::MixOptions opt;
+  opt.file_type = quant::FileType::Q4_K_M;
+  opt.n_layers = kBlocks;
+  auto type_of = [&](const std::vector<int>& types, const std::string& name) {
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t[i].name == name) return types[i];
+    return -1;
+  };
+  opt.n_expert = 4;
+  auto types = quant::choose_tensor_types(t, opt);
+  for (int l = 0; l < kBlocks; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    // use_more_bits(l, 8): layers 0, 3, 6, 7.
+    const int want = (l == 0 || l == 3 || l == 6 || l == 7) ? int(GgmlType::Q6_K) : int(GgmlType::Q4_K);
+    EXPECT_EQ(type_of(types, p + "ffn_down.weight"), want) << l;
+    EXPECT_EQ(type_of(types, p + "ffn_down_exps.weight"), want) << l;
+    EXPECT_EQ(type_of(types, p + "attn_k.weight"), int(GgmlType::Q4_K)) << l;
+    EXPECT_EQ(type_of(types, p + "attn_output.weight"), int(GgmlType::Q4_K)) << l;
+  }
+  // Without experts the count runs over both tensors of a block: block 1's ffn_down is the 3rd.
+  opt.n_expert = 0;
+  types = quant::choose_tensor_types(t, opt);
+  EXPECT_NE(type_of(types, "blk.1.ffn_down.weight"), type_of(types, "blk.1.ffn_down_exps.weight"));
+  opt.n_expert = 8;
+  types = quant::choose_tensor_types(t, opt);
+  EXPECT_EQ(type_of(types, "blk.2.attn_k.weight"), int(GgmlType::Q8_0));
+  EXPECT_EQ(type_of(types, "blk.2.attn_v.weight"), int(GgmlType::Q8_0));
+  EXPECT_EQ(type_of(types, "blk.2.attn_output.weight"), int(GgmlType::Q5_K));
+  t.push_back({"ffn_down_exps.weight", int(GgmlType::F32), {256, 256, 4}});  // no block number
+  EXPECT_THROW(quant::choose_tensor_types(t, opt), Error);
+}
