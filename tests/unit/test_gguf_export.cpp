@@ -80,9 +80,11 @@ TEST(GgufExport, E2BKeysAsTheConverterWritesThem) {
   const auto& pattern = f.get_array("gemma4.attention.sliding_window_pattern");
   EXPECT_EQ(pattern.size(), 35u);
 
-  // With the full layers' KV heads named apart, the converter writes one count per layer.
+  // With the full layers' KV heads named apart, the converter writes one count per layer
+  // (transformers uses num_global_key_value_heads on the k == v full layers).
   json with_global = config;
   with_global["num_global_key_value_heads"] = 2;
+  with_global["attention_k_eq_v"] = true;
   const spec::ModelSpec s2 = spec::spec_from_hf_config(with_global, "e2b.json");
   formats::GgufMetadata md2;
   spec::add_gemma4_gguf_metadata(s2, with_global, "e2b", md2);
