@@ -26,7 +26,7 @@ struct QuantizeCliOptions {
 LUMEN_COMMAND(72, [](CLI::App& app) {
   auto o = std::make_shared<QuantizeCliOptions>();
   auto* cmd = app.add_subcommand("quantize", "Quantize a model to a GGUF file in one of llama.cpp's types (Q4_K_M, ...)");
-  cmd->add_option("paths", o->paths, "IN OUT: a .gguf (f32/f16/bf16; quantized with --allow-requantize); the .gguf to write")
+  cmd->add_option("paths", o->paths, "IN OUT: a .gguf (f32/f16/bf16; quantized with --allow-requantize), a Gemma 4 checkpoint directory or a .lmp; the .gguf to write")
       ->required()
       ->expected(2);
   cmd->add_option("--type", o->type, "File type: " + quant::file_type_names() + " (default Q4_K_M)");

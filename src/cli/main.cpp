@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "formats/temp_files.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
@@ -58,6 +59,8 @@ std::string ids_to_json(const std::vector<int32_t>& ids) {
 
 int main(int argc, char** argv) {
   using namespace lumen::cli;
+  // A file being written (quantize, convert, imatrix...) is removed if Ctrl-C or SIGTERM ends us.
+  lumen::formats::install_temp_file_cleanup();
   CLI::App app{"Lumen: Gemma inference on the CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lumen 0.1.0");

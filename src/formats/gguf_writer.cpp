@@ -1,4 +1,5 @@
 #include "formats/gguf_writer.h"
+#include "formats/temp_files.h"
 
 #include <unistd.h>
 
@@ -216,16 +217,26 @@ GgufWriter::GgufWriter(const std::string& path, const GgufMetadata& metadata, st
   for (uint64_t r : rel_offsets) offsets_.push_back(data_start + r);
   total_ = data_start + align_up(rel, alignment);
 
+  register_temp_file(temp_path_.c_str());
   file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (!file_) fail_write();
-  std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
-  put(head.bytes.data(), head.bytes.size());
-  pad_to(data_start);
+  try {
+    if (!file_) fail_write();
+    std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+    put(head.bytes.data(), head.bytes.size());
+    pad_to(data_start);
+  } catch (...) {
+    // The destructor does not run for a constructor that throws.
+    if (file_) std::fclose(file_);
+    std::remove(temp_path_.c_str());
+    unregister_temp_file(temp_path_.c_str());
+    throw;
+  }
 }
 
 GgufWriter::~GgufWriter() {
   if (file_) std::fclose(file_);
   if (!finished_) std::remove(temp_path_.c_str());
+  unregister_temp_file(temp_path_.c_str());
 }
 
 void GgufWriter::fail_write() {

@@ -1,4 +1,5 @@
 #include "formats/packed.h"
+#include "formats/temp_files.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -135,17 +136,26 @@ PackedWriter::PackedWriter(const std::string& path, nlohmann::json header, std::
   for (uint64_t r : rel_offsets) offsets_.push_back(data_start + r);
   total_ = data_start + rel;
 
+  register_temp_file(temp_path_.c_str());
   file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (!file_) throw Error("cannot write " + in_quotes(temp_path_) + ": " + std::strerror(errno));
-  std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
-  std::byte fixed[kFixedBytes] = {};
-  std::memcpy(fixed, kMagic, 8);
-  const uint32_t version = kPackedVersion;
-  const uint64_t len = text.size();
-  std::memcpy(fixed + 8, &version, 4);
-  std::memcpy(fixed + 16, &len, 8);
-  if (std::fwrite(fixed, 1, kFixedBytes, file_) != kFixedBytes || std::fwrite(text.data(), 1, text.size(), file_) != text.size())
-    throw Error("cannot write " + in_quotes(temp_path_) + ": " + std::strerror(errno));
+  try {
+    if (!file_) throw Error("cannot write " + in_quotes(temp_path_) + ": " + std::strerror(errno));
+    std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+    std::byte fixed[kFixedBytes] = {};
+    std::memcpy(fixed, kMagic, 8);
+    const uint32_t version = kPackedVersion;
+    const uint64_t len = text.size();
+    std::memcpy(fixed + 8, &version, 4);
+    std::memcpy(fixed + 16, &len, 8);
+    if (std::fwrite(fixed, 1, kFixedBytes, file_) != kFixedBytes || std::fwrite(text.data(), 1, text.size(), file_) != text.size())
+      throw Error("cannot write " + in_quotes(temp_path_) + ": " + std::strerror(errno));
+  } catch (...) {
+    // The destructor does not run for a constructor that throws.
+    if (file_) std::fclose(file_);
+    std::remove(temp_path_.c_str());
+    unregister_temp_file(temp_path_.c_str());
+    throw;
+  }
   pos_ = kFixedBytes + text.size();
   written_ = pos_;
 }
@@ -153,6 +163,7 @@ PackedWriter::PackedWriter(const std::string& path, nlohmann::json header, std::
 PackedWriter::~PackedWriter() {
   if (file_) std::fclose(file_);
   if (!finished_) std::remove(temp_path_.c_str());
+  unregister_temp_file(temp_path_.c_str());
 }
 
 void PackedWriter::pad_to(uint64_t pos) {

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "formats/gguf.h"
+#include "formats/packed.h"
 #include "model/quantize_weights.h"
 #include "model/weights.h"
 #include "quant/ggml_blocks.h"
@@ -156,8 +157,10 @@ std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
 
 std::unique_ptr<ModelSource> open_model_source(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec) || path.ends_with(".lmp"))
-    throw Error(path + ": quantizing a checkpoint directory or .lmp is not supported yet; give a GGUF");
+  if (std::filesystem::is_directory(path, ec) || formats::is_packed_file(path)) return open_checkpoint_source(path);
+  if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such file or directory");
+  if (!spec::is_gguf_file(path))
+    throw Error(path + ": not a GGUF file, a packed .lmp or a checkpoint directory");
   return open_gguf_source(path);
 }
 

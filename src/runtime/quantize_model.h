@@ -4,9 +4,11 @@
 // imatrix (quant/imatrix.h).
 //
 // Sources: a GGUF (any tensor types; quantized ones only with allow_requantize, as
-// llama-quantize). A Hugging Face checkpoint directory or a packed .lmp is refused by name
-// (writing llama.cpp's metadata for one is not done yet); `--quant` at load and
-// `lumen convert` quantize those with the same mix and quantizers (model/quantize_weights.h).
+// llama-quantize); a Gemma 4 Hugging Face checkpoint directory (any float dtype) or a packed
+// .lmp (its tokenizer.json beside it), given the metadata, vocabulary and tensor names
+// llama.cpp's convert_hf_to_gguf.py writes, so the output equals what llama-quantize makes of
+// the converter's file. `--quant` at load and `lumen convert` use the same mix and quantizers
+// (model/quantize_weights.h).
 //
 // Streaming: tensors are read, quantized and written a slab of rows at a time (about 64 MiB
 // of f32 per slab, rows spread over the thread pool), so memory stays bounded whatever the
@@ -46,7 +48,9 @@ class ModelSource {
 
 // A GGUF file, its metadata and tensors as they are.
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path);
-// Any source: a .gguf; a packed .lmp or a checkpoint directory is refused with one line.
+// A Gemma 4 checkpoint directory or a packed .lmp, as llama.cpp's converter would write it.
+std::unique_ptr<ModelSource> open_checkpoint_source(const std::string& path);
+// Any source: a .gguf, a packed .lmp or a checkpoint directory.
 std::unique_ptr<ModelSource> open_model_source(const std::string& path);
 
 struct QuantizeOptions {

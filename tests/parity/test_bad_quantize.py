@@ -150,3 +150,29 @@ def test_bad_kl_base(d):
     truncated.write_bytes(base.read_bytes()[: base.stat().st_size // 2])
     cp = run_lumen("perplexity", "-m", src, "--kl-divergence-base", truncated, "--kl-divergence")
     assert_one_line_error(cp, str(truncated), "truncated")
+
+
+def test_interrupted_quantize_leaves_nothing(d):
+    """Ctrl-C (SIGINT) or SIGTERM while the output is being written: the process ends by that
+    signal and neither the output nor its temp file is left."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import REPO, lumen_bin
+
+    model = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
+    if not model.is_file():
+        pytest.fail(f"{model} is missing: run scripts/setup (it installs the default model)")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        out = d / f"interrupted-{sig.name}.gguf"
+        p = subprocess.Popen([lumen_bin(), "quantize", str(model), str(out), "--type", "Q8_0", "--allow-requantize"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not list(d.glob(out.name + ".tmp-*")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.poll() is None, f"quantize ended before it could be interrupted: {p.stderr.read()[-2000:]}"
+        p.send_signal(sig)
+        rc = p.wait(timeout=60)
+        assert rc == -sig, f"exit {rc} after {sig.name}"
+        assert_nothing_left(d, out.name)

@@ -143,7 +143,12 @@ def bench():
     return {"dir": d, "f32": f32, "imatrix": imatrix, "base": base}
 
 
-def test_lumen_quantizes_at_least_as_well_as_llama_cpp(bench):
+def compare_with_llama_cpp(bench: dict, section: str, extra=None) -> tuple[list[dict], list[str]]:
+    """For each type of TYPES (with and without bench's imatrix for IMATRIX_TYPES): bench's F32
+    file quantized by `lumen quantize` and by llama_model_quantize, the tensor types of both files
+    compared, both scored against bench's KL base. Returns the rows (recorded in parity_report.json
+    under `section`) and the failures (KL past KL_RATIO x llama.cpp's, differing tensor types).
+    `extra(qtype, theirs_types)` gives more fields for a row."""
     d, f32, base = bench["dir"], bench["f32"], bench["base"]
     rows, failures = [], []
     for qtype in TYPES:
@@ -166,14 +171,29 @@ def test_lumen_quantizes_at_least_as_well_as_llama_cpp(bench):
                    "lumen_rms_dp": a["rms_dp"], "llama_rms_dp": b["rms_dp"], "lumen_ppl": a["ppl"],
                    "llama_ppl": b["ppl"], "base_ppl": a["ppl_base"], "lumen_bytes": ours.stat().st_size,
                    "llama_bytes": theirs.stat().st_size, "positions": a["positions"]}
+            if extra:
+                row.update(extra(qtype, t_theirs))
             rows.append(row)
-            record("quantize_quality", tag, row)
+            record(section, tag, row)
             if a["kld"] > KL_RATIO * b["kld"] + KL_FLOOR:
                 failures.append(f"{tag}: Lumen's mean KL {a['kld']:.6g} > {KL_RATIO} x llama.cpp's {b['kld']:.6g}")
             ours.unlink()
             theirs.unlink()
-    print("\ntype            KL lumen   KL llama.cpp  KL99 lumen  KL99 llama  top-1 lumen  top-1 llama")
+    return rows, failures
+
+
+def print_comparison(rows: list[dict], last_column=None) -> None:
+    """The rows as a table; `last_column(row)` adds a column (heading: its `title` attribute)."""
+    title = f"  {last_column.title}" if last_column else ""
+    print(f"type            KL lumen   KL llama.cpp  KL99 lumen  KL99 llama  top-1 lumen  top-1 llama{title}")
     for r in rows:
+        more = f"  {last_column(r)}" if last_column else ""
         print(f"{r['type']:<15} {r['lumen_kld']:9.6f}  {r['llama_kld']:11.6f}  {r['lumen_kld_99']:10.6f}  "
-              f"{r['llama_kld_99']:10.6f}  {100 * r['lumen_top1']:10.2f}%  {100 * r['llama_top1']:10.2f}%")
+              f"{r['llama_kld_99']:10.6f}  {100 * r['lumen_top1']:10.2f}%  {100 * r['llama_top1']:10.2f}%{more}")
+
+
+def test_lumen_quantizes_at_least_as_well_as_llama_cpp(bench):
+    rows, failures = compare_with_llama_cpp(bench, "quantize_quality")
+    print()
+    print_comparison(rows)
     assert not failures, "\n".join(failures)

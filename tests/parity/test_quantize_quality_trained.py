@@ -41,7 +41,6 @@ the f32 ones in every one of the 41 matrices (RMS error 3-4% lower); over 64 chu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -51,13 +50,11 @@ import pytest
 
 from conftest import describe, record, run_lumen, tokens_arg, work_dir
 from test_quant_trained import trained  # noqa: F401  (the cached trained checkpoint, a fixture)
-from test_quantize_quality import (IMATRIX_TYPES, KL_FLOOR, KL_RATIO, kl, llama_cpp_module, llama_quantize, lumen,
-                                   tensor_types)
+from test_quantize_quality import compare_with_llama_cpp, llama_cpp_module, lumen, print_comparison, tensor_types
 
 import gemma4_gguf as g4  # noqa: E402  (conftest put tools/ on sys.path)
 import train_tiny_gemma4 as trainer  # noqa: E402
 
-TYPES = os.environ.get("LUMEN_QUANTIZE_TYPES", "Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,IQ4_XS").split(",")
 CTX = 256
 EVAL_CHUNKS = 64    # all of Matthew 1-5: 64 x 127 scored positions (the second half of each chunk)
 CALIB_CHUNKS = 8
@@ -144,43 +141,19 @@ def bench(trained):  # noqa: F811
 
 
 def test_lumen_quantizes_the_trained_gemma4_as_well_as_llama_cpp(bench):
-    d, f32, base = bench["dir"], bench["f32"], bench["base"]
-    matrices = sum(1 for t in tensor_types(f32).items() if t[0].endswith(".weight") and "norm" not in t[0]
+    matrices = sum(1 for t in tensor_types(bench["f32"]).items() if t[0].endswith(".weight") and "norm" not in t[0]
                    and t[0] != "rope_freqs.weight")
-    rows, failures = [], []
-    for qtype in TYPES:
-        for use_imatrix in (False, True) if qtype in IMATRIX_TYPES else (False,):
-            tag = f"{qtype}{'+imatrix' if use_imatrix else ''}"
-            ours, theirs = d / f"lumen-{tag}.gguf", d / f"llama-{tag}.gguf"
-            args = ["quantize", f32, ours, "--type", qtype]
-            if use_imatrix:
-                args += ["--imatrix", bench["imatrix"]]
-            lumen(*args)
-            llama_quantize(f32, theirs, qtype, bench["imatrix"] if use_imatrix else None)
-            t_ours, t_theirs = tensor_types(ours), tensor_types(theirs)
-            differing = sorted(n for n in t_theirs if t_ours.get(n) != t_theirs[n])
-            if set(t_ours) != set(t_theirs) or differing:
-                failures.append(f"{tag}: tensor types differ from llama.cpp's: "
-                                + ", ".join(f"{n} {t_ours.get(n)} vs {t_theirs[n]}" for n in differing[:5]))
-            counts = Counter(t for t in t_theirs.values() if t != "F32")
-            a, b = kl(ours, base), kl(theirs, base)
-            row = {"type": tag, "lumen_kld": a["kld"], "llama_kld": b["kld"], "lumen_kld_99": a["kld_99"],
-                   "llama_kld_99": b["kld_99"], "lumen_top1": a["same_top"], "llama_top1": b["same_top"],
-                   "lumen_rms_dp": a["rms_dp"], "llama_rms_dp": b["rms_dp"], "lumen_ppl": a["ppl"],
-                   "llama_ppl": b["ppl"], "base_ppl": a["ppl_base"], "lumen_bytes": ours.stat().st_size,
-                   "llama_bytes": theirs.stat().st_size, "positions": a["positions"],
-                   "matrices": matrices, "main_type_tensors": counts.get(BLOCK[qtype], 0),
-                   "tensor_types": dict(sorted(counts.items()))}
-            rows.append(row)
-            record("quantize_quality_trained", tag, row)
-            if a["kld"] > KL_RATIO * b["kld"] + KL_FLOOR:
-                failures.append(f"{tag}: Lumen's mean KL {a['kld']:.6g} > {KL_RATIO} x llama.cpp's {b['kld']:.6g}")
-            ours.unlink()
-            theirs.unlink()
+
+    def block_counts(qtype, theirs_types):
+        counts = Counter(t for t in theirs_types.values() if t != "F32")
+        return {"matrices": matrices, "main_type_tensors": counts.get(BLOCK[qtype], 0),
+                "tensor_types": dict(sorted(counts.items()))}
+
+    def types_column(r):
+        return " ".join(f"{k}:{v}" for k, v in r["tensor_types"].items())
+
+    types_column.title = "tensor types"
+    rows, failures = compare_with_llama_cpp(bench, "quantize_quality_trained", block_counts)
     print(f"\ntrained tiny Gemma 4 (gemma4 GGUF), {rows[0]['positions']} positions, f32 PPL {rows[0]['base_ppl']:.3f}")
-    print("type            KL lumen   KL llama.cpp  KL99 lumen  KL99 llama  top-1 lumen  top-1 llama  tensor types")
-    for r in rows:
-        types = " ".join(f"{k}:{v}" for k, v in r["tensor_types"].items())
-        print(f"{r['type']:<15} {r['lumen_kld']:9.6f}  {r['llama_kld']:11.6f}  {r['lumen_kld_99']:10.6f}  "
-              f"{r['llama_kld_99']:10.6f}  {100 * r['lumen_top1']:10.2f}%  {100 * r['llama_top1']:10.2f}%  {types}")
+    print_comparison(rows, types_column)
     assert not failures, "\n".join(failures)
