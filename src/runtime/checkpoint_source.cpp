@@ -33,7 +33,9 @@ class CheckpointSource : public ModelSource {
     const model::ModelWeights bound = model::bind_weights(spec, lookup, names, path_);
     const std::string prefix = bound.name_prefix;
     md_.set_string("general.type", "model");
-    md_.set_string("general.name", fs::path(path_).filename().string());
+    fs::path named(path_);
+    if (named.filename().empty()) named = named.parent_path();  // "dir/"
+    md_.set_string("general.name", named.filename().string());
     spec::add_gemma4_gguf_metadata(spec, config, path_, md_);
     std::error_code ec;
     if (!fs::is_regular_file(fs::path(vocab_dir) / "tokenizer.json", ec))
