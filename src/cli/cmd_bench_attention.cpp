@@ -26,7 +26,7 @@
 
 namespace {
 
-struct BenchOptions {
+struct AttentionBenchOptions {
   std::string path;
   std::string contexts = "1024,8192,32768";
   int prefill = 4096;
@@ -111,7 +111,7 @@ double cpu_seconds() {
 }
 
 // Whole forward steps of a loaded model over a cache filled with random rows.
-int run_model(const BenchOptions& o, const lumen::runtime::Engine& engine, const lumen::kv::KvConfig& c,
+int run_model(const AttentionBenchOptions& o, const lumen::runtime::Engine& engine, const lumen::kv::KvConfig& c,
               const std::vector<int32_t>& contexts) {
   const lumen::spec::ModelSpec& spec = engine.spec();
   Bench bench(spec, c);
@@ -167,7 +167,7 @@ int run_model(const BenchOptions& o, const lumen::runtime::Engine& engine, const
 }
 
 LUMEN_COMMAND(95, [](CLI::App& app) {
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<AttentionBenchOptions>();
   auto* cmd = app.add_subcommand("bench-attention", "Time the KV cache and attention alone (random data, model shapes)");
   cmd->add_option("path", o->path, "Model directory, config.json or manifest (shapes only)")->required();
   cmd->add_option("--context", o->contexts, "Comma-separated decode contexts");

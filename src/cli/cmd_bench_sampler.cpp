@@ -13,13 +13,13 @@
 
 namespace {
 
-struct BenchOptions {
+struct SamplerBenchOptions {
   int vocab = 262144;
   int iterations = 200;
 };
 
 LUMEN_COMMAND(90, [](CLI::App& app) {
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<SamplerBenchOptions>();
   auto* cmd = app.add_subcommand("bench-sampler", "Time one sampling step on random logits");
   cmd->add_option("--vocab", o->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
   cmd->add_option("--iterations", o->iterations, "Steps per configuration")->check(CLI::PositiveNumber);

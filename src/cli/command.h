@@ -40,4 +40,4 @@ std::string default_model_path();
 #define LUMEN_CONCAT_INNER(a, b) a##b
 #define LUMEN_CONCAT(a, b) LUMEN_CONCAT_INNER(a, b)
 #define LUMEN_COMMAND(order, ...) \
-  static ::lumen::cli::CommandRegistrar LUMEN_CONCAT(lumen_command_, __LINE__)(order, __VA_ARGS__)
+  static ::lumen::cli::CommandRegistrar LUMEN_CONCAT(lumen_command_, __COUNTER__)(order, __VA_ARGS__)

@@ -9,23 +9,18 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "formats/flatbuffer.h"
+#include "formats/little_endian.h"
 
 namespace lumen::formats {
 
 namespace {
 
-constexpr char kMagic[8] = {'L', 'I', 'T', 'E', 'R', 'T', 'L', 'M'};
+constexpr char kLitertlmMagic[8] = {'L', 'I', 'T', 'E', 'R', 'T', 'L', 'M'};
 constexpr size_t kHeaderBegin = 32;
 constexpr uint32_t kMinMinor = 1, kMaxMinor = 9;
 // An HF tokenizer.json is a few MiB; refuse to allocate absurd declared sizes.
 constexpr uint64_t kMaxTokenizerJson = uint64_t(1) << 30;
 
-template <typename T>
-T read_le(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 // One VData value. `structs`: version 1.1, where numeric members are structs (the union
 // offset points straight at the value) rather than tables with a `value` field 0.
@@ -143,7 +138,7 @@ LitertlmFile LitertlmFile::parse(const std::byte* data, size_t size, const std::
   f.name_ = name;
   auto fail = [&](const std::string& what) { throw Error(name + ": " + what); };
 
-  if (size < 8 || std::memcmp(data, kMagic, 8) != 0) {
+  if (size < 8 || std::memcmp(data, kLitertlmMagic, 8) != 0) {
     const size_t n = std::min<size_t>(size, 8);
     fail("not a LiteRT-LM package: bad magic " +
          in_quotes(std::string_view(reinterpret_cast<const char*>(data), n)) + " (expected 'LITERTLM')");

@@ -1,4 +1,5 @@
 #include "formats/packed.h"
+#include "formats/little_endian.h"
 #include "formats/temp_files.h"
 
 #include <cstdlib>
@@ -15,17 +16,11 @@
 namespace lumen::formats {
 namespace {
 
-constexpr char kMagic[8] = {'L', 'U', 'M', 'E', 'N', 'P', 'K', '\0'};
+constexpr char kPackedMagic[8] = {'L', 'U', 'M', 'E', 'N', 'P', 'K', '\0'};
 constexpr size_t kFixedBytes = 24;
 
 uint64_t align_up(uint64_t v) { return (v + kPackedAlign - 1) / kPackedAlign * kPackedAlign; }
 
-template <class T>
-T read_le(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 }  // namespace
 
@@ -35,7 +30,7 @@ bool is_packed_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[8] = {};
   in.read(magic, 8);
-  return in.gcount() == 8 && std::memcmp(magic, kMagic, 8) == 0;
+  return in.gcount() == 8 && std::memcmp(magic, kPackedMagic, 8) == 0;
 }
 
 std::unique_ptr<PackedFile> PackedFile::open(const std::string& path) {
@@ -56,7 +51,7 @@ std::unique_ptr<PackedFile> PackedFile::read(std::unique_ptr<MappedFile> file) {
   const std::byte* base = pf->file_->data();
   const uint64_t size = pf->file_->size();
   const std::string where = path + ": ";
-  if (size < 8 || std::memcmp(base, kMagic, 8) != 0) throw Error(where + "not a Lumen packed model (bad magic)");
+  if (size < 8 || std::memcmp(base, kPackedMagic, 8) != 0) throw Error(where + "not a Lumen packed model (bad magic)");
   if (size < kFixedBytes) throw Error(where + "truncated packed model (" + std::to_string(size) + " bytes)");
   const uint32_t version = read_le<uint32_t>(base + 8);
   if (version > kPackedVersion)
@@ -142,7 +137,7 @@ PackedWriter::PackedWriter(const std::string& path, nlohmann::json header, std::
     if (!file_) throw Error("cannot write " + in_quotes(temp_path_) + ": " + std::strerror(errno));
     std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
     std::byte fixed[kFixedBytes] = {};
-    std::memcpy(fixed, kMagic, 8);
+    std::memcpy(fixed, kPackedMagic, 8);
     const uint32_t version = kPackedVersion;
     const uint64_t len = text.size();
     std::memcpy(fixed + 8, &version, 4);

@@ -9,7 +9,7 @@
 namespace lumen::kv {
 namespace {
 // Rows converted per visit when the storage is not f32 (a tile that stays in cache).
-constexpr int32_t kTile = 64;
+constexpr int32_t kConvertTile = 64;
 }  // namespace
 
 ContiguousCache::ContiguousCache(const spec::ModelSpec& spec, KvElem dtype) : dtype_(dtype) {
@@ -56,8 +56,8 @@ void ContiguousCache::read(int layer, int32_t lo, int32_t hi, const model::KvVis
     return;
   }
   thread_local std::vector<float> kt, vt;
-  for (int32_t pos = lo; pos <= hi; pos += kTile) {
-    const int32_t n = std::min(kTile, hi - pos + 1);
+  for (int32_t pos = lo; pos <= hi; pos += kConvertTile) {
+    const int32_t n = std::min(kConvertTile, hi - pos + 1);
     kt.resize(size_t(n * L.row));
     vt.resize(size_t(n * L.row));
     for (int32_t i = 0; i < n; ++i) {
@@ -80,8 +80,8 @@ void ContiguousCache::read_head(int layer, int kv_head, int32_t lo, int32_t hi, 
     return;
   }
   thread_local std::vector<float> kt, vt;
-  for (int32_t pos = lo; pos <= hi; pos += kTile) {
-    const int32_t n = std::min(kTile, hi - pos + 1);
+  for (int32_t pos = lo; pos <= hi; pos += kConvertTile) {
+    const int32_t n = std::min(kConvertTile, hi - pos + 1);
     kt.resize(size_t(n * hd));
     vt.resize(size_t(n * hd));
     for (int32_t i = 0; i < n; ++i) {

@@ -10,7 +10,7 @@
 namespace lumen::kv {
 namespace {
 // Rows decoded per visit from a non-f32 page: a tile that stays in the L1/L2 cache.
-constexpr int32_t kTile = 32;
+constexpr int32_t kDecodeTile = 32;
 // Recycled page buffers kept for reuse at most.
 constexpr size_t kMaxFreeBuffers = 64;
 
@@ -216,8 +216,8 @@ void PagedCache::read(int layer, int32_t lo, int32_t hi, const model::KvVisitor&
       visit(model::KvSpan{pos, n, k, v, L.row});
       return;
     }
-    for (int32_t t = 0; t < n; t += kTile) {
-      const int32_t m = std::min(kTile, n - t);
+    for (int32_t t = 0; t < n; t += kDecodeTile) {
+      const int32_t m = std::min(kDecodeTile, n - t);
       kt.resize(size_t(m * L.row));
       vt.resize(size_t(m * L.row));
       for (int32_t r = 0; r < m; ++r) {
@@ -242,8 +242,8 @@ void PagedCache::read_head(int layer, int kv_head, int32_t lo, int32_t hi, const
       return;
     }
     // Decoded on the fly, one small tile of this head at a time.
-    for (int32_t t = 0; t < n; t += kTile) {
-      const int32_t m = std::min(kTile, n - t);
+    for (int32_t t = 0; t < n; t += kDecodeTile) {
+      const int32_t m = std::min(kDecodeTile, n - t);
       kt.resize(size_t(m * hd));
       vt.resize(size_t(m * hd));
       for (int32_t r = 0; r < m; ++r) {

@@ -55,10 +55,6 @@ quant::MixTensor mix_tensor(const NamedWeight& w) {
   return {w.gguf_name, std::max(type, 0), std::move(ne)};
 }
 
-quant::WeightMatrix row_slice(const quant::WeightMatrix& m, int64_t r0, int64_t n) {
-  return {m.format, n, m.cols, static_cast<const std::byte*>(m.data) + size_t(r0) * m.row_bytes()};
-}
-
 }  // namespace
 
 QuantTarget parse_quant_target(const std::string& name, const std::string& flag) {
@@ -211,9 +207,9 @@ void quantize_weights(ModelWeights& w, const spec::ModelSpec& spec, const QuantT
     }
     if (LayerWeights* lw = n.fused_qkv_of) {
       const int64_t q = lw->q_proj.rows, kv = lw->k_proj.rows;
-      lw->q_proj = row_slice(lw->qkv, 0, q);
-      lw->k_proj = row_slice(lw->qkv, q, kv);
-      lw->v_proj = row_slice(lw->qkv, q + kv, kv);
+      lw->q_proj = lw->qkv.row_range(0, q);
+      lw->k_proj = lw->qkv.row_range(q, kv);
+      lw->v_proj = lw->qkv.row_range(q + kv, kv);
     }
   }
   if (tied) w.lm_head = w.embed_tokens;

@@ -91,14 +91,6 @@ class GgufBinder {
   std::set<std::string> used_;
 };
 
-// Rows [r0, r0 + n) of a matrix whose rows are stored back to back.
-quant::WeightMatrix row_slice(const quant::WeightMatrix& m, int64_t r0, int64_t n) {
-  quant::WeightMatrix out = m;
-  out.rows = n;
-  out.data = static_cast<const std::byte*>(m.data) + size_t(r0) * m.row_bytes();
-  return out;
-}
-
 // The experts' gate and up projections as one [experts, 2 * width, hidden] stack (gate rows,
 // then up rows, per expert), as the graph runs them: the converter's fused
 // `ffn_gate_up_exps`, or llama.cpp's separate `ffn_gate_exps` / `ffn_up_exps` copied together
@@ -184,9 +176,9 @@ ModelWeights bind_gguf_weights(const spec::ModelSpec& spec, const formats::GgufF
     } else if (!ls.k_eq_v && file.find(p + "attn_qkv.weight")) {
       // llama.cpp's fused projection (convert_hf_to_gguf.py --fuse-qkv): rows q, then k, then v.
       lw.qkv = bind.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, H);
-      lw.q_proj = row_slice(lw.qkv, 0, q_dim);
-      lw.k_proj = row_slice(lw.qkv, q_dim, kv_dim);
-      lw.v_proj = row_slice(lw.qkv, q_dim + kv_dim, kv_dim);
+      lw.q_proj = lw.qkv.row_range(0, q_dim);
+      lw.k_proj = lw.qkv.row_range(q_dim, kv_dim);
+      lw.v_proj = lw.qkv.row_range(q_dim + kv_dim, kv_dim);
     } else {
       lw.q_proj = bind.matrix(p + "attn_q.weight", q_dim, H);
       lw.k_proj = bind.matrix(p + "attn_k.weight", kv_dim, H);

@@ -69,6 +69,10 @@ struct WeightMatrix {
 
   size_t row_bytes() const;  // not meaningful for the X4 layouts (rows are interleaved)
   size_t storage_bytes() const { return format_storage_bytes(format, rows, cols); }
+  // Rows [r0, r0 + n) as a matrix of their own (rows stored back to back; not the X4 layouts).
+  WeightMatrix row_range(int64_t r0, int64_t n) const {
+    return {format, n, cols, static_cast<const std::byte*>(data) + size_t(r0) * row_bytes()};
+  }
 };
 
 size_t format_row_bytes(WeightFormat format, int64_t cols);

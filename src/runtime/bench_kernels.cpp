@@ -32,20 +32,6 @@ double process_cpu_seconds() {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// Random Q4_0X4 bytes with sane f16 scales (random bytes could be NaN or subnormal scales).
-std::vector<std::byte> random_q4(int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<std::byte> bytes(quant::format_storage_bytes(quant::WeightFormat::Q4_0X4, rows, cols));
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(&bytes[i], &r, 8);
-  }
-  const uint16_t scale = quant::f32_to_f16(0.01f);
-  for (size_t c = 0; c < bytes.size(); c += quant::kQ4x4ChunkBytes)
-    for (int s = 0; s < 16; ++s) std::memcpy(&bytes[c + size_t(s) * 2], &scale, 2);
-  return bytes;
-}
-
 // Random ggml blocks of `format` with small f16 scales in every scale field.
 std::vector<std::byte> random_blocks(quant::WeightFormat format, int64_t rows, int64_t cols, uint64_t seed) {
   const auto& info = quant::format_info(format);
@@ -99,6 +85,19 @@ KernelBenchRow time_it(const std::string& name, double bytes, double min_seconds
 
 }  // namespace
 
+std::vector<std::byte> random_q4x4_weights(int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<std::byte> bytes(quant::format_storage_bytes(quant::WeightFormat::Q4_0X4, rows, cols));
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(&bytes[i], &r, 8);
+  }
+  const uint16_t scale = quant::f32_to_f16(0.01f);
+  for (size_t c = 0; c < bytes.size(); c += quant::kQ4x4ChunkBytes)
+    for (int s = 0; s < 16; ++s) std::memcpy(&bytes[c + size_t(s) * 2], &scale, 2);
+  return bytes;
+}
+
 std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
   using kernels::Isa;
   // 12B shapes: hidden 3840, q_proj 16 x 256 = 4096 rows, k/v 8 x 256 = 2048, FFN 15360.
@@ -108,9 +107,9 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
   std::vector<std::vector<std::byte>> q, k, v;
   std::vector<quant::WeightMatrix> wq, wk, wv;
   for (int i = 0; i < kCopies; ++i) {
-    q.push_back(random_q4(NQ, H, 1 + i));
-    k.push_back(random_q4(NKV, H, 100 + i));
-    v.push_back(random_q4(NKV, H, 200 + i));
+    q.push_back(random_q4x4_weights(NQ, H, 1 + i));
+    k.push_back(random_q4x4_weights(NKV, H, 100 + i));
+    v.push_back(random_q4x4_weights(NKV, H, 200 + i));
   }
   for (int i = 0; i < kCopies; ++i) {
     wq.push_back({quant::WeightFormat::Q4_0X4, NQ, H, q[size_t(i)].data()});
@@ -131,7 +130,7 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
   }
   const int threads = kernels::ThreadPool::global().size();
   constexpr int64_t kHotRows = 256;  // 0.55 MB: stays in a 1 MiB L2
-  const std::vector<std::byte> hot_data = random_q4(kHotRows, H, 999);
+  const std::vector<std::byte> hot_data = random_q4x4_weights(kHotRows, H, 999);
   const size_t hot_bytes = hot_data.size();
   const quant::WeightMatrix hot{quant::WeightFormat::Q4_0X4, kHotRows, H, hot_data.data()};
   std::vector<KernelBenchRow> rows;

@@ -5,6 +5,8 @@
 // fused and separate q/k/v, and the vocabulary-sized vector ops.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,5 +27,9 @@ struct KernelBenchRow {
 std::vector<KernelBenchRow> run_kernel_bench(double min_seconds = 1.0);
 nlohmann::json kernel_bench_to_json(const std::vector<KernelBenchRow>& rows);
 std::string kernel_bench_to_text(const std::vector<KernelBenchRow>& rows);
+
+// Random Q4_0X4 weight bytes with a small f16 scale in every scale field (random bytes would
+// make NaN or subnormal scales): the benches' stand-in for a quantized matrix.
+std::vector<std::byte> random_q4x4_weights(int64_t rows, int64_t cols, uint64_t seed);
 
 }  // namespace lumen::runtime

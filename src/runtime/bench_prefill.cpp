@@ -12,6 +12,7 @@
 #include "kernels/prefill.h"
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
+#include "runtime/bench_kernels.h"
 
 namespace lumen::runtime {
 namespace {
@@ -20,20 +21,6 @@ double cpu_now() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-// Random Q4_0X4 bytes with sane f16 scales.
-std::vector<std::byte> random_q4(int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<std::byte> bytes(quant::format_storage_bytes(quant::WeightFormat::Q4_0X4, rows, cols));
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(&bytes[i], &r, 8);
-  }
-  const uint16_t scale = quant::f32_to_f16(0.01f);
-  for (size_t c = 0; c < bytes.size(); c += quant::kQ4x4ChunkBytes)
-    for (int s = 0; s < 16; ++s) std::memcpy(&bytes[c + size_t(s) * 2], &scale, 2);
-  return bytes;
 }
 
 }  // namespace
@@ -59,7 +46,7 @@ std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_sec
     std::vector<std::vector<float>> ys;
     double ops = 0;
     for (int64_t n : s.rows) {
-      data.push_back(random_q4(n, s.cols, uint64_t(n + s.cols)));
+      data.push_back(random_q4x4_weights(n, s.cols, uint64_t(n + s.cols)));
       ys.emplace_back(size_t(n * T));
       ops += 2.0 * double(n) * double(s.cols) * double(T);
     }

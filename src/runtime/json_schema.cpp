@@ -10,7 +10,7 @@
 
 namespace lumen::runtime {
 
-using json = nlohmann::ordered_json;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -28,13 +28,13 @@ ExprPtr digits(int min, int max) { return repeat(char_class({{'0', '9'}}), min, 
 
 class Compiler {
  public:
-  Compiler(GrammarSource& out, const json& root, std::string prefix, JsonGrammarOptions options)
+  Compiler(GrammarSource& out, const ordered_json& root, std::string prefix, JsonGrammarOptions options)
       : out_(out), root_(root), prefix_(std::move(prefix)), o_(options) {
     if (o_.dialect == JsonDialect::Gemma4Args && o_.quote_token < 0)
       throw Error("json schema grammar: the Gemma 4 dialect needs the id of <|\"|>");
   }
 
-  ExprPtr value(const json& s, const std::string& path) {
+  ExprPtr value(const ordered_json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return any_value();
       throw SchemaError(path, "the schema 'false' matches nothing");
@@ -112,7 +112,7 @@ class Compiler {
 
  private:
   GrammarSource& out_;
-  const json& root_;
+  const ordered_json& root_;
   std::string prefix_;
   JsonGrammarOptions o_;
   std::map<std::string, std::string> refs_;  // pointer -> rule name
@@ -134,15 +134,15 @@ class Compiler {
     return ref(full);
   }
 
-  ExprPtr reference(const json& r, const std::string& path) {
+  ExprPtr reference(const ordered_json& r, const std::string& path) {
     if (!r.is_string()) throw SchemaError(path, "$ref must be a string");
     const std::string target = r.get<std::string>();
     if (target.rfind("#", 0) != 0) throw SchemaError(path, "only local references (#/...) are supported");
     auto it = refs_.find(target);
     if (it != refs_.end()) return ref(it->second);
-    const json* node = &root_;
+    const ordered_json* node = &root_;
     try {
-      node = &root_.at(json::json_pointer(target.substr(1)));
+      node = &root_.at(ordered_json::json_pointer(target.substr(1)));
     } catch (const std::exception&) {
       throw SchemaError(path, "reference '" + printable(target) + "' does not resolve");
     }
@@ -196,7 +196,7 @@ class Compiler {
     });
   }
 
-  static int count(const json& s, const char* key, const std::string& path, int fallback) {
+  static int count(const ordered_json& s, const char* key, const std::string& path, int fallback) {
     auto it = s.find(key);
     if (it == s.end()) return fallback;
     if (!it->is_number_integer() && !it->is_number_unsigned())
@@ -207,7 +207,7 @@ class Compiler {
     return int(v);
   }
 
-  ExprPtr string(const json& s, const std::string& path) {
+  ExprPtr string(const ordered_json& s, const std::string& path) {
     if (auto f = s.find("format"); f != s.end()) {
       if (!f->is_string()) throw SchemaError(path + "/format", "format must be a string");
       if (s.contains("minLength") || s.contains("maxLength"))
@@ -287,7 +287,7 @@ class Compiler {
   }
 
   // The exact spelling of a JSON value in this dialect.
-  std::string spell(const json& v) {
+  std::string spell(const ordered_json& v) {
     if (!gemma()) return v.dump();
     if (v.is_object()) {
       std::string out = "{";
@@ -307,7 +307,7 @@ class Compiler {
     return v.dump();
   }
 
-  ExprPtr constant(const json& v) {
+  ExprPtr constant(const ordered_json& v) {
     if (gemma() && v.is_string()) return quoted(v.get<std::string>().empty() ? empty() : literal(v.get<std::string>()));
     if (gemma() && (v.is_object() || v.is_array())) {
       // Strings inside need the quote token: build the expression piece by piece.
@@ -334,7 +334,7 @@ class Compiler {
     return literal(spell(v));
   }
 
-  ExprPtr array(const json& s, const std::string& path) {
+  ExprPtr array(const ordered_json& s, const std::string& path) {
     ExprPtr item = any_value();
     if (auto it = s.find("items"); it != s.end()) item = value(*it, path + "/items");
     const int min = count(s, "minItems", path, 0);
@@ -351,8 +351,8 @@ class Compiler {
     return seq({literal("["), ws(), body, ws(), literal("]")});
   }
 
-  ExprPtr object(const json& s, const std::string& path) {
-    const json* props = nullptr;
+  ExprPtr object(const ordered_json& s, const std::string& path) {
+    const ordered_json* props = nullptr;
     if (auto p = s.find("properties"); p != s.end()) {
       if (!p->is_object()) throw SchemaError(path + "/properties", "properties must be an object");
       props = &*p;
@@ -365,14 +365,14 @@ class Compiler {
         required.insert(n.get<std::string>());
       }
     }
-    const json* extra = nullptr;
+    const ordered_json* extra = nullptr;
     if (auto a = s.find("additionalProperties"); a != s.end()) {
       if (!a->is_boolean() && !a->is_object())
         throw SchemaError(path + "/additionalProperties", "additionalProperties must be a boolean or a schema");
       if (a->is_object()) extra = &*a;
     }
     const auto key_expr = [&](const std::string& name) {
-      if (!gemma()) return literal(json(name).dump());
+      if (!gemma()) return literal(ordered_json(name).dump());
       for (char c : name)
         if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
           throw SchemaError(path + "/properties/" + escape_pointer(name),
@@ -395,7 +395,7 @@ class Compiler {
     }
     std::vector<std::pair<std::string, bool>> order;  // name, required
     std::vector<ExprPtr> kvs;
-    std::vector<std::pair<std::string, const json*>> items;
+    std::vector<std::pair<std::string, const ordered_json*>> items;
     for (auto it = props->begin(); it != props->end(); ++it) items.push_back({it.key(), &it.value()});
     if (o_.sort_properties)
       std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
@@ -460,12 +460,12 @@ class Compiler {
 
 }  // namespace
 
-ExprPtr add_json_schema(GrammarSource& out, const json& schema, const std::string& prefix, const JsonGrammarOptions& options) {
+ExprPtr add_json_schema(GrammarSource& out, const ordered_json& schema, const std::string& prefix, const JsonGrammarOptions& options) {
   Compiler c(out, schema, prefix, options);
   return c.value(schema, "#");
 }
 
-GrammarSource json_schema_grammar(const json& schema, const JsonGrammarOptions& options) {
+GrammarSource json_schema_grammar(const ordered_json& schema, const JsonGrammarOptions& options) {
   GrammarSource g;
   const ExprPtr v = add_json_schema(g, schema, "", options);
   const ExprPtr space = options.dialect == JsonDialect::Json ? optional(literal(" ")) : empty();
@@ -475,7 +475,7 @@ GrammarSource json_schema_grammar(const json& schema, const JsonGrammarOptions& 
 
 GrammarSource json_object_grammar() {
   GrammarSource g;
-  const json none = json::object();
+  const ordered_json none = ordered_json::object();
   Compiler c(g, none, "", {});
   g.add("root", seq({optional(literal(" ")), c.object_value()}));
   return g;

@@ -21,7 +21,7 @@ namespace lumen::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'_', 'l', 'o', 'g', 'i', 't', 's', '_'};
-constexpr int kRowsPerStep = 64;
+constexpr int kKlRowsPerStep = 64;
 
 int record_u16(int n_vocab) { return 2 * ((n_vocab + 1) / 2) + 4; }
 
@@ -43,8 +43,8 @@ void run_chunk(const Engine& engine, const int32_t* chunk, int n_ctx, int32_t bo
   std::vector<model::BatchRow> rows;
   std::vector<float> logits;
   cache.clear();
-  for (int j0 = 0; j0 < n_ctx - 1; j0 += kRowsPerStep) {
-    const int j1 = std::min(n_ctx - 1, j0 + kRowsPerStep);
+  for (int j0 = 0; j0 < n_ctx - 1; j0 += kKlRowsPerStep) {
+    const int j1 = std::min(n_ctx - 1, j0 + kKlRowsPerStep);
     rows.clear();
     int scored = 0, first_scored = -1;
     for (int j = j0; j < j1; ++j) {

@@ -13,7 +13,7 @@ namespace lumen::runtime {
 namespace {
 // Rows per forward step: bounds the logits buffer (rows x vocab floats; 64 MiB for a
 // 262144-token vocabulary) whatever ctx is.
-constexpr size_t kRowsPerStep = 64;
+constexpr size_t kPerplexityRowsPerStep = 64;
 }  // namespace
 
 PerplexityResult perplexity(const Engine& engine, std::span<const int32_t> tokens, int ctx, int32_t bos,
@@ -42,8 +42,8 @@ PerplexityResult perplexity(const Engine& engine, std::span<const int32_t> token
     std::vector<int32_t> input{bos};
     input.insert(input.end(), tokens.begin() + int64_t(start), tokens.begin() + int64_t(end) - 1);
     cache.clear();
-    for (size_t j0 = 0; j0 < input.size(); j0 += kRowsPerStep) {
-      const size_t j1 = std::min(input.size(), j0 + kRowsPerStep);
+    for (size_t j0 = 0; j0 < input.size(); j0 += kPerplexityRowsPerStep) {
+      const size_t j1 = std::min(input.size(), j0 + kPerplexityRowsPerStep);
       rows.clear();
       for (size_t j = j0; j < j1; ++j) rows.push_back({0, int32_t(j), input[j], true});
       engine.model().forward(rows, caches, logits);

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/kv_config.h"
-#include "model/per_layer_inputs.h"
+#include "model/per_layer_input_config.h"
 #include "spec/model_spec.h"
 
 namespace lumen::tokenizer {

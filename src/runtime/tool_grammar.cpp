@@ -6,9 +6,9 @@
 
 namespace lumen::runtime {
 
-using json = nlohmann::ordered_json;
+using nlohmann::ordered_json;
 
-ToolGrammar tool_call_grammar(tokenizer::ChatFormat format, const std::vector<json>& tools, const std::string& only,
+ToolGrammar tool_call_grammar(tokenizer::ChatFormat format, const std::vector<ordered_json>& tools, const std::string& only,
                               bool parallel, bool required, const tokenizer::Tokenizer& tokenizer) {
   ToolGrammar out;
   const bool gemma4 = format == tokenizer::ChatFormat::Gemma4;
@@ -26,21 +26,21 @@ ToolGrammar tool_call_grammar(tokenizer::ChatFormat format, const std::vector<js
   }
   std::vector<ExprPtr> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
-    const json& fn = tools[i].at("function");
+    const ordered_json& fn = tools[i].at("function");
     const std::string name = fn.at("name").get<std::string>();
     if (!only.empty() && name != only) continue;
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
     ExprPtr args;
     try {
-      const json params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : json::object();
-      args = add_json_schema(out.source, params.empty() ? json{{"type", "object"}} : params, "t" + std::to_string(i) + "-", options);
+      const ordered_json params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : ordered_json::object();
+      args = add_json_schema(out.source, params.empty() ? ordered_json{{"type", "object"}} : params, "t" + std::to_string(i) + "-", options);
     } catch (const SchemaError& e) {
       throw SchemaError(where + e.path, std::string(e.what()).substr(std::string("schema at " + e.path + ": ").size()));
     }
     if (gemma4)
       calls.push_back(seq({literal("call:" + name), args}));
     else
-      calls.push_back(seq({literal("{\"name\": " + json(name).dump() + ", \"arguments\": "), args, literal("}")}));
+      calls.push_back(seq({literal("{\"name\": " + ordered_json(name).dump() + ", \"arguments\": "), args, literal("}")}));
   }
   if (calls.empty()) throw Error("tool calls: no tool named '" + printable(only) + "'");
   ExprPtr call;

@@ -183,10 +183,16 @@ def lumen_bin() -> str:
 
 def run_lumen(*args, timeout=LUMEN_TIMEOUT_S) -> subprocess.CompletedProcess:
     cmd = [lumen_bin(), *map(str, args)]
+    start = time.monotonic()
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"lumen timed out after {timeout}s: {' '.join(cmd)}") from e
+    finally:
+        # LUMEN_TEST_TIMES=FILE: every lumen command's wall seconds, to see where a test's time goes.
+        if os.environ.get("LUMEN_TEST_TIMES"):
+            with open(os.environ["LUMEN_TEST_TIMES"], "a", encoding="utf-8") as log:
+                log.write(f"{time.monotonic() - start:.2f}\t{' '.join(cmd[1:])}\n")
 
 
 def describe(cp: subprocess.CompletedProcess) -> str:
