@@ -424,7 +424,8 @@ std::string litertlm_to_text(const LitertlmFile& f) {
       case SectionType::TFLiteModel: o << tflite_to_text(f.tflite(s), "  "); break;
       case SectionType::LlmMetadataProto: {
         const auto j = llm_metadata_to_json(f.llm_metadata(s));
-        o << "  LLM metadata: " << j.dump() << "\n";
+        // Protobuf strings need not be UTF-8: shown with U+FFFD, never a JSON type_error.
+        o << "  LLM metadata: " << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         break;
       }
       case SectionType::HF_Tokenizer_Zlib: {
