@@ -27,6 +27,9 @@
 #include "server/openai_api.h"
 #include "spec/model_spec.h"
 #include "tokenizer/tokenizer.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 namespace lumen {
 namespace {
@@ -35,7 +38,7 @@ namespace fs = std::filesystem;
 
 std::string nested(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
 
-fs::path temp_path(const std::string& name) {
+fs::path bounds_temp_path(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("lumen-bounds-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir / name;
@@ -49,20 +52,6 @@ std::string le64(uint64_t v) {
   std::string out;
   for (int i = 0; i < 8; ++i) out += char((v >> (8 * i)) & 0xff);
   return out;
-}
-
-// The error `fn` throws, which must be a one-line lumen::Error.
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    return what;
-  }
-  ADD_FAILURE() << "no error";
-  return {};
 }
 
 TEST(JsonBounds, NestingDeeperThanTheLimitIsAParseError) {
@@ -83,7 +72,7 @@ TEST(JsonBounds, EveryJsonReaderRefusesDeepNesting) {
             }).find("nested deeper than"),
             std::string::npos);
   // config.json
-  const fs::path config = temp_path("config.json");
+  const fs::path config = bounds_temp_path("config.json");
   write(config, "{\"model_type\":\"gemma4_text\",\"x\":" + deep + "}");
   EXPECT_NE(error_of([&] { spec::load_spec(config.string()); }).find("nested deeper than"), std::string::npos);
   // tokenizer.json: normalizer steps recurse into "Sequence"
@@ -202,7 +191,7 @@ TEST(SizeBounds, FlatBufferOffsetsSharedOverAndOverAreRefused) {
 }
 
 TEST(MappedFileChange, TruncatedModifiedReplacedRemoved) {
-  const fs::path path = temp_path("weights.bin");
+  const fs::path path = bounds_temp_path("weights.bin");
   write(path, std::string(8192, 'x'));
   {
     const formats::MappedFile file(path.string());
@@ -220,7 +209,7 @@ TEST(MappedFileChange, TruncatedModifiedReplacedRemoved) {
   }
   {
     const formats::MappedFile file(path.string());
-    const fs::path other = temp_path("weights.new");
+    const fs::path other = bounds_temp_path("weights.new");
     write(other, std::string(8192, 'y'));
     fs::rename(other, path);
     EXPECT_EQ(file.change_on_disk(), "replaced by another file");
