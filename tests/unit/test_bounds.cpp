@@ -62,6 +62,27 @@ TEST(JsonBounds, NestingDeeperThanTheLimitIsAParseError) {
   EXPECT_THROW(parse_json("{\"a\":" + nested(100) + "}"), nlohmann::json::parse_error);
 }
 
+TEST(JsonBounds, NumberBeyondDoubleIsAParseError) {
+  // nlohmann reports it as out_of_range 406, which no reader catches; parse_json makes it a
+  // parse error naming the number (found by fuzz_openai_request).
+  try {
+    (void)parse_json(R"({"max_tokens": 11e308})");
+    ADD_FAILURE() << "no error";
+  } catch (const nlohmann::json::parse_error& e) {
+    EXPECT_NE(std::string(e.what()).find("11e308"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_json("[-1e400]"), nlohmann::json::parse_error);
+  EXPECT_DOUBLE_EQ(parse_json("[1e308]")[0].get<double>(), 1e308);
+  // The server answers such a body with a 400.
+  try {
+    (void)server::parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"temperature":1e999})",
+                                     runtime::default_sampling());
+    ADD_FAILURE() << "no error";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+  }
+}
+
 TEST(JsonBounds, EveryJsonReaderRefusesDeepNesting) {
   const std::string deep = nested(10000);
   // safetensors header
