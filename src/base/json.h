@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,15 @@ class DepthLimitedSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::j
   bool start_array(std::size_t n) { return enter() && json_sax_dom_parser::start_array(n); }
   bool end_object() { --depth_; return json_sax_dom_parser::end_object(); }
   bool end_array() { --depth_; return json_sax_dom_parser::end_array(); }
+  // The parser reports a number too large for a double ("1e999") as out_of_range 406; every
+  // reader and the server handle parse_error, so it becomes one (a malformed document).
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& ex) {
+    if constexpr (std::is_same_v<Exception, nlohmann::json::parse_error>)
+      throw ex;
+    else
+      throw nlohmann::json::parse_error::create(101, position, "number out of range: '" + token + "'", nullptr);
+  }
 
  private:
   bool enter() {

@@ -66,4 +66,11 @@ class FakeTokenizer final : public tokenizer::Tokenizer {
   std::vector<Entry> entries_;
 };
 
+// 32 ids: <pad>, <eos>, <bos>, then one piece per character from 'a' to '}'.
+inline FakeTokenizer letters() {
+  std::vector<FakeTokenizer::Entry> e = {{"<pad>", true}, {"<eos>", true}, {"<bos>", true}};
+  for (int i = 3; i < 32; ++i) e.push_back({std::string(1, char('a' + i - 3))});
+  return FakeTokenizer(std::move(e));
+}
+
 }  // namespace lumen::test_support

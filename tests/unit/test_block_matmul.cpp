@@ -16,6 +16,9 @@
 #include "kernels/matmul.h"
 #include "quant/ggml_blocks.h"
 #include "quant/weight_matrix.h"
+#include "test_helpers.h"
+
+using lumen::test_support::simd_isas;
 
 using namespace lumen;
 using quant::WeightFormat;
@@ -26,13 +29,6 @@ const WeightFormat kBlockFormats[] = {WeightFormat::Q4_0, WeightFormat::Q4_1, We
                                       WeightFormat::Q5_1, WeightFormat::Q8_0, WeightFormat::Q2_K,
                                       WeightFormat::Q3_K, WeightFormat::Q4_K, WeightFormat::Q5_K,
                                       WeightFormat::Q6_K, WeightFormat::IQ4_NL, WeightFormat::IQ4_XS};
-
-std::vector<kernels::Isa> simd_isas() {
-  std::vector<kernels::Isa> out;
-  for (auto isa : {kernels::Isa::Avx2, kernels::Isa::Avx512})
-    if (kernels::cpu_supports(isa)) out.push_back(isa);
-  return out;
-}
 
 // Activations with a spread of magnitudes and a few outliers (as in real hidden states).
 std::vector<float> activations(int64_t n, uint32_t seed) {

@@ -27,19 +27,15 @@
 #include "kernels/thread_pool.h"
 #include "quant/repack.h"
 #include "quant/weight_matrix.h"
+#include "test_helpers.h"
+
+using lumen::test_support::randn;
+using lumen::test_support::X4Matrix;
 
 using namespace lumen;
 using kernels::Isa;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
@@ -47,11 +43,6 @@ std::vector<Isa> supported_isas() {
     if (kernels::cpu_supports(isa)) out.push_back(isa);
   return out;
 }
-
-struct X4Matrix {
-  std::vector<std::byte> bytes;
-  quant::WeightMatrix w;
-};
 
 X4Matrix make_q4(int64_t rows, int64_t cols, uint32_t seed) {
   const auto f = randn(size_t(rows * cols), seed);
@@ -71,12 +62,12 @@ X4Matrix make_q8(int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
-struct Shape {
+struct DecodeShape {
   int64_t rows, cols;
 };
 // Odd sizes: rows not a multiple of 4, columns not a multiple of 128 (or of 32), an odd
 // number of chunks (the kernel takes chunks in pairs), and one larger than a pool piece.
-const Shape kShapes[] = {{1, 32}, {5, 48}, {7, 130}, {13, 256}, {4, 385}, {37, 640}, {130, 1000}, {403, 1153}};
+const DecodeShape kShapes[] = {{1, 32}, {5, 48}, {7, 130}, {13, 256}, {4, 385}, {37, 640}, {130, 1000}, {403, 1153}};
 
 double max_abs(const std::vector<float>& v) {
   double m = 0;
@@ -88,7 +79,7 @@ double max_abs(const std::vector<float>& v) {
 
 TEST(DecodeKernel, Avx512BlockSumsEqualTheScalarIntegersBitForBit) {
   if (!kernels::cpu_supports(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  for (Shape s : kShapes) {
+  for (DecodeShape s : kShapes) {
     X4Matrix m = make_q4(s.rows, s.cols, 31);
     const auto x = randn(size_t(s.cols), 32, 3.0f);
     const int64_t chunks = quant::padded_cols(s.cols) / quant::kChunk;
@@ -120,7 +111,7 @@ TEST(DecodeKernel, Avx512BlockSumsEqualTheScalarIntegersBitForBit) {
 }
 
 TEST(DecodeKernel, MatvecOnEveryIsaMatchesTheScalarReferenceOnOddSizes) {
-  for (Shape s : kShapes) {
+  for (DecodeShape s : kShapes) {
     X4Matrix m = make_q4(s.rows, s.cols, 41);
     const auto x = randn(size_t(s.cols), 42, 2.0f);
     // The reference: the general kernel's scalar tile (qmatmul_isa, scalar) and a double sum.

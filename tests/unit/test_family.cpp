@@ -20,6 +20,9 @@
 #include "spec/model_spec.h"
 #include "spec/spec_internal.h"
 #include "tiny_model.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 namespace {
 
@@ -40,16 +43,6 @@ json e2b_config() {
           {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
           {"num_kv_shared_layers", 20}, {"use_double_wide_mlp", true}, {"attention_k_eq_v", false},
           {"layer_types", e2b_layer_types()}, {"final_logit_softcapping", 30.0}};
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(FamilySpec, E2BSharesKvAsTransformersAndWidensTheSharedLayersMlp) {

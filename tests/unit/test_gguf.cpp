@@ -21,6 +21,9 @@
 #include "base/error.h"
 #include "formats/gguf.h"
 #include "quant/ggml_blocks.h"
+#include "test_helpers.h"
+
+using lumen::test_support::write_file;
 
 namespace lumen::formats {
 namespace {
@@ -52,12 +55,6 @@ uint16_t f16_bits(float value) {  // exact for the values used here (small dyadi
   const int exponent = int((bits >> 23) & 0xff) - 127 + 15;
   const uint32_t mantissa = (bits >> 13) & 0x3ffu;
   return uint16_t(sign | (uint32_t(exponent) << 10) | mantissa);
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
 }
 
 // Builds a GGUF file the way llama.cpp's writer lays it out; tests then break one thing.

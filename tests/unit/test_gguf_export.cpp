@@ -16,6 +16,9 @@
 #include "spec/gguf_export.h"
 #include "spec/model_spec.h"
 #include "tokenizer/gguf_vocab_export.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 namespace {
 
@@ -23,7 +26,7 @@ using namespace lumen;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-json e2b_config() {
+json e2b_export_config() {
   std::vector<std::string> types;
   for (int i = 0; i < 35; ++i) types.push_back(i % 5 == 4 ? "full_attention" : "sliding_attention");
   return {{"model_type", "gemma4_text"}, {"hidden_size", 1536}, {"intermediate_size", 6144},
@@ -32,16 +35,6 @@ json e2b_config() {
           {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
           {"num_kv_shared_layers", 20}, {"use_double_wide_mlp", true}, {"attention_k_eq_v", false},
           {"layer_types", types}, {"final_logit_softcapping", 30.0}, {"max_position_embeddings", 131072}};
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Writes `md` with no tensors and reads it back.
@@ -53,7 +46,7 @@ formats::GgufFile round_trip(const formats::GgufMetadata& md, const std::string&
 }
 
 TEST(GgufExport, E2BKeysAsTheConverterWritesThem) {
-  const json config = e2b_config();
+  const json config = e2b_export_config();
   const spec::ModelSpec s = spec::spec_from_hf_config(config, "e2b.json");
   formats::GgufMetadata md;
   spec::add_gemma4_gguf_metadata(s, config, "e2b", md);
@@ -114,7 +107,7 @@ TEST(GgufExport, TensorNames) {
 }
 
 TEST(GgufExport, RefusesWhatTheConverterDoesNotWrite) {
-  json moe = e2b_config();
+  json moe = e2b_export_config();
   moe["enable_moe_block"] = true;
   moe["num_experts"] = 8;
   moe["top_k_experts"] = 2;
@@ -125,9 +118,9 @@ TEST(GgufExport, RefusesWhatTheConverterDoesNotWrite) {
   const spec::ModelSpec s = spec::spec_from_hf_config(moe, "moe.json");
   formats::GgufMetadata md;
   EXPECT_NE(error_of([&] { spec::add_gemma4_gguf_metadata(s, moe, "moe", md); }).find("mixture-of-experts"), std::string::npos);
-  spec::ModelSpec g3 = spec::spec_from_hf_config(e2b_config(), "e2b.json");
+  spec::ModelSpec g3 = spec::spec_from_hf_config(e2b_export_config(), "e2b.json");
   g3.family = "gemma3";
-  EXPECT_NE(error_of([&] { spec::add_gemma4_gguf_metadata(g3, e2b_config(), "g3", md); }).find("Gemma 4 checkpoints only"),
+  EXPECT_NE(error_of([&] { spec::add_gemma4_gguf_metadata(g3, e2b_export_config(), "g3", md); }).find("Gemma 4 checkpoints only"),
             std::string::npos);
 }
 

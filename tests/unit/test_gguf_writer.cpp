@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_path(const std::string& name) {
+fs::path writer_temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("lumen-gguf-writer-" + std::to_string(::getpid()) + "-" + name);
 }
 
@@ -43,7 +43,7 @@ GgufMetadata sample_metadata() {
 }  // namespace
 
 TEST(GgufWriter, WhatItWritesTheReaderReads) {
-  const fs::path path = temp_path("roundtrip.gguf");
+  const fs::path path = writer_temp_path("roundtrip.gguf");
   GgufMetadata m = sample_metadata();
   m.set_u32("gemma3.block_count", 19);  // setting again replaces in place
   std::vector<GgufTensorInfo> tensors = {{"a.weight", GgmlType::F32, {3, 2}},
@@ -98,7 +98,7 @@ TEST(GgufWriter, WhatItWritesTheReaderReads) {
 }
 
 TEST(GgufWriter, CopiedValuesAreEncodedAsTheyWere) {
-  const fs::path first = temp_path("first.gguf"), second = temp_path("second.gguf");
+  const fs::path first = writer_temp_path("first.gguf"), second = writer_temp_path("second.gguf");
   {
     GgufWriter w(first.string(), sample_metadata(), {});
     w.finish();
@@ -118,7 +118,7 @@ TEST(GgufWriter, CopiedValuesAreEncodedAsTheyWere) {
 }
 
 TEST(GgufWriter, UnfinishedWriterLeavesNothing) {
-  const fs::path path = temp_path("unfinished.gguf");
+  const fs::path path = writer_temp_path("unfinished.gguf");
   {
     GgufWriter w(path.string(), sample_metadata(), {{"t", GgmlType::F32, {4}}});
     const float v[2] = {1, 2};
@@ -131,7 +131,7 @@ TEST(GgufWriter, UnfinishedWriterLeavesNothing) {
 }
 
 TEST(GgufWriter, BadTensorsAndPathsAreErrors) {
-  const fs::path path = temp_path("bad.gguf");
+  const fs::path path = writer_temp_path("bad.gguf");
   EXPECT_THROW(GgufWriter(path.string(), {}, {{"q", GgmlType::Q4_K, {96, 2}}}), Error);  // 96 % 256
   EXPECT_THROW(GgufWriter(path.string(), {}, {{"q", GgmlType::Q4_0, {0}}}), Error);
   try {

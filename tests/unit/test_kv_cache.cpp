@@ -18,6 +18,9 @@
 #include "model/gemma_model.h"
 #include "model/weights.h"
 #include "tiny_model.h"
+#include "test_helpers.h"
+
+using lumen::test_support::max_abs_diff;
 
 using namespace lumen;
 
@@ -91,13 +94,6 @@ std::vector<float> run(model::SequenceKv& cache, const std::vector<int32_t>& tok
     all.insert(all.end(), step.begin(), step.end());
   }
   return all;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
 }
 
 std::vector<float> reference_logits(const std::vector<int32_t>& tokens) {

@@ -12,6 +12,9 @@
 #include "runtime/manifest_fields.h"
 #include "runtime/run_config.h"
 #include "spec/model_spec.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 namespace {
 
@@ -28,16 +31,6 @@ json seed() {
 }
 
 json& session(json& m) { return m["runtime"]["manifestInference"]["session"]; }
-
-// The error message of f(), or "" when it does not throw lumen::Error.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void count_leaves(const json& node, const std::string& path, std::set<std::string>& out) {
   if (node.is_object() && !node.empty()) {

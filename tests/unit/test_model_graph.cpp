@@ -12,6 +12,9 @@
 #include "model/gemma_model.h"
 #include "model/weights.h"
 #include "tiny_model.h"
+#include "test_helpers.h"
+
+using lumen::test_support::max_abs_diff;
 
 using namespace lumen;
 
@@ -37,12 +40,6 @@ std::vector<float> last_logits(const model::GemmaModel& m, const std::vector<int
   std::vector<float> logits;
   m.forward(rows, caches, logits);
   return logits;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
 }
 
 // A spec whose only attention is one sliding layer, so the last position's logits depend

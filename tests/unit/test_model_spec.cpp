@@ -11,6 +11,9 @@
 
 #include "base/error.h"
 #include "spec/model_spec.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 using lumen::spec::AttentionKind;
 using lumen::spec::ModelSpec;
@@ -106,21 +109,6 @@ json hf_12b_wrapped() {
 }
 
 bool is_full_12b(int i) { return (i + 1) % 6 == 0; }
-
-// Runs `fn`, expects lumen::Error, returns its message.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const lumen::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a lumen::Error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
-}
 
 void expect_one_line_naming(const std::string& message, const std::string& field) {
   EXPECT_NE(message.find(field), std::string::npos) << message;

@@ -17,6 +17,9 @@
 #include "kernels/qmatmul.h"
 #include "quant/repack.h"
 #include "quant/weight_matrix.h"
+#include "test_helpers.h"
+
+using lumen::test_support::X4Matrix;
 
 using namespace lumen;
 using kernels::Isa;
@@ -24,7 +27,7 @@ using kernels::PrefillKernel;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+std::vector<float> randn_with_edge_cases(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, scale);
   std::vector<float> v(n);
@@ -36,13 +39,8 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-struct X4Matrix {
-  std::vector<std::byte> bytes;
-  quant::WeightMatrix w;
-};
-
 X4Matrix make_x4(bool q4, int64_t rows, int64_t cols, uint32_t seed) {
-  const auto f = randn(size_t(rows * cols), seed, 1.0f / std::sqrt(float(cols)));
+  const auto f = randn_with_edge_cases(size_t(rows * cols), seed, 1.0f / std::sqrt(float(cols)));
   X4Matrix m;
   const auto fmt = q4 ? quant::WeightFormat::Q4_0X4 : quant::WeightFormat::Q8_0X4;
   m.bytes.resize(quant::format_storage_bytes(fmt, rows, cols));
@@ -52,7 +50,7 @@ X4Matrix make_x4(bool q4, int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
-// The tiles under test, as kernels the driver can run (tile functions with the prepare step
+// The tiles under test, as kernels the driver can run_variant (tile functions with the prepare step
 // and activation form of their family).
 void scalar_q4(const kernels::PrefillTileArgs& a) { kernels::detail::r16_tile_scalar(a, false); }
 void scalar_q8(const kernels::PrefillTileArgs& a) { kernels::detail::r16_tile_scalar(a, true); }
@@ -89,7 +87,7 @@ std::vector<Variant> r16_variants(bool q4, bool split) {
   return v;
 }
 
-std::vector<float> run(const Variant& v, const std::vector<float>& x, int64_t T, const quant::WeightMatrix& w) {
+std::vector<float> run_variant(const Variant& v, const std::vector<float>& x, int64_t T, const quant::WeightMatrix& w) {
   std::vector<float> y(size_t(T * w.rows), -1.0f);
   const quant::WeightMatrix* ws[] = {&w};
   float* ys[] = {y.data()};
@@ -124,18 +122,18 @@ std::vector<double> integer_reference(const std::vector<float>& x, int64_t T, co
   return y;
 }
 
-struct Shape {
+struct PrefillShape {
   int64_t rows, cols, tokens;
 };
 // Rows not multiples of 16 (or 4), columns not multiples of 32 / 128 / the 4096-column range
 // (4100 has two ranges), token counts not multiples of the 8-token pass.
-const Shape kShapes[] = {{1, 32, 8}, {5, 48, 9}, {17, 130, 8}, {33, 385, 17}, {20, 4100, 11}, {70, 256, 40}};
+const PrefillShape kShapes[] = {{1, 32, 8}, {5, 48, 9}, {17, 130, 8}, {33, 385, 17}, {20, 4100, 11}, {70, 256, 40}};
 
 }  // namespace
 
 TEST(PrefillActivations, BlocksAreBitIdenticalOnEveryIsaAndHoldTheChunkIntegers) {
   for (int64_t K : {1, 31, 32, 33, 200, 385, 3840}) {
-    const auto x = randn(size_t(K), uint32_t(K));
+    const auto x = randn_with_edge_cases(size_t(K), uint32_t(K));
     const int64_t nb = (K + 31) / 32;
     std::vector<kernels::ActBlock> ref(static_cast<size_t>(nb));
     kernels::quantize_act_blocks(x.data(), K, ref.data(), Isa::Scalar);
@@ -174,12 +172,12 @@ TEST(PrefillR16, EveryIsaEqualsTheScalarTileBitForBitOnOddSizes) {
     for (bool split : {false, true}) {
       if (q4 && split) continue;  // Q4 weights take single int8 activations
       const auto variants = r16_variants(q4, split);
-      for (const Shape& s : kShapes) {
+      for (const PrefillShape& s : kShapes) {
         const X4Matrix m = make_x4(q4, s.rows, s.cols, uint32_t(s.rows * 7 + s.cols));
-        const auto x = randn(size_t(s.tokens * s.cols), uint32_t(s.cols + s.tokens));
-        const auto ref = run(variants[0], x, s.tokens, m.w);
+        const auto x = randn_with_edge_cases(size_t(s.tokens * s.cols), uint32_t(s.cols + s.tokens));
+        const auto ref = run_variant(variants[0], x, s.tokens, m.w);
         for (size_t i = 1; i < variants.size(); ++i) {
-          const auto y = run(variants[i], x, s.tokens, m.w);
+          const auto y = run_variant(variants[i], x, s.tokens, m.w);
           ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
               << variants[i].kernel.name << (q4 ? " q4" : " q8") << (split ? " split" : "") << " rows " << s.rows
               << " cols " << s.cols << " tokens " << s.tokens;
@@ -194,10 +192,10 @@ TEST(PrefillR16, ScalarTileEqualsADoubleSumOfTheSameIntegers) {
     for (bool split : {false, true}) {
       if (q4 && split) continue;
       const Variant scalar = r16_variants(q4, split)[0];
-      for (const Shape& s : kShapes) {
+      for (const PrefillShape& s : kShapes) {
         const X4Matrix m = make_x4(q4, s.rows, s.cols, uint32_t(s.rows + s.cols));
-        const auto x = randn(size_t(s.tokens * s.cols), uint32_t(s.tokens));
-        const auto y = run(scalar, x, s.tokens, m.w);
+        const auto x = randn_with_edge_cases(size_t(s.tokens * s.cols), uint32_t(s.tokens));
+        const auto y = run_variant(scalar, x, s.tokens, m.w);
         const auto ref = integer_reference(x, s.tokens, m, split);
         double scale = 0;
         for (double v : ref) scale = std::max(scale, std::fabs(v));
@@ -215,7 +213,7 @@ TEST(PrefillDriver, TheTableServesEveryTokenCountOnEveryIsaWithinF32RoundingOfSc
       if (q4 && mode == kernels::Q8Activations::Int8x2) continue;
       const X4Matrix m = make_x4(q4, 37, 300, 3);
       for (int64_t T : {2, 3, 7, 8, 9, 33}) {
-        const auto x = randn(size_t(T * 300), uint32_t(T));
+        const auto x = randn_with_edge_cases(size_t(T * 300), uint32_t(T));
         std::vector<float> ref(size_t(T * 37));
         kernels::qmatmul_isa(x.data(), T, m.w, ref.data(), Isa::Scalar, mode);
         const auto exact = integer_reference(x, T, m, mode == kernels::Q8Activations::Int8x2 && !q4);
@@ -237,7 +235,7 @@ TEST(PrefillDriver, TheTableServesEveryTokenCountOnEveryIsaWithinF32RoundingOfSc
 TEST(PrefillDriver, OneFusedCallEqualsSeparateCallsBitForBit) {
   const X4Matrix a = make_x4(true, 37, 515, 1), b = make_x4(true, 9, 515, 2), c = make_x4(false, 130, 515, 3);
   for (int64_t T : {3, 13}) {
-    const auto x = randn(size_t(T * 515), 9);
+    const auto x = randn_with_edge_cases(size_t(T * 515), 9);
     for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
       if (!kernels::cpu_supports(isa)) continue;
       std::vector<float> ya(size_t(T * 37)), yb(size_t(T * 9)), yc(size_t(T * 130));

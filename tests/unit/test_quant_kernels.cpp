@@ -19,30 +19,15 @@
 #include "quant/int4.h"
 #include "quant/repack.h"
 #include "quant/weight_matrix.h"
+#include "test_helpers.h"
+
+using lumen::test_support::randn;
+using lumen::test_support::simd_isas;
+using lumen::test_support::X4Matrix;
 
 using namespace lumen;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
-std::vector<kernels::Isa> simd_isas() {
-  std::vector<kernels::Isa> out;
-  for (auto isa : {kernels::Isa::Avx2, kernels::Isa::Avx512})
-    if (kernels::cpu_supports(isa)) out.push_back(isa);
-  return out;
-}
-
-struct X4Matrix {
-  std::vector<std::byte> bytes;
-  quant::WeightMatrix w;
-};
 
 X4Matrix make_x4(bool q4, const std::vector<float>& f, int64_t rows, int64_t cols) {
   X4Matrix m;

@@ -24,6 +24,9 @@
 #include "quant/quant_mix.h"
 #include "quant/quantize.h"
 #include "tiny_model.h"
+#include "test_helpers.h"
+
+using lumen::test_support::error_of;
 
 using namespace lumen;
 using formats::GgmlType;
@@ -80,15 +83,6 @@ std::vector<uint8_t> reference_bytes(const std::vector<float>& x, int64_t rows, 
 
 bool same_bytes(const quant::WeightMatrix& m, const std::vector<uint8_t>& want) {
   return m.storage_bytes() == want.size() && std::memcmp(m.data, want.data(), want.size()) == 0;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class TempFile {

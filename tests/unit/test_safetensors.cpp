@@ -19,6 +19,9 @@
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 #include "formats/tensor.h"
+#include "test_helpers.h"
+
+using lumen::test_support::write_file;
 
 namespace lumen::formats {
 namespace {
@@ -32,12 +35,6 @@ std::string safetensors_bytes(const std::string& header_text, const std::string&
   uint64_t length = header_text.size();
   for (int i = 0; i < 8; ++i) out += char((length >> (8 * i)) & 0xff);
   return out + header_text + payload;
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
 }
 
 template <typename T>

@@ -52,7 +52,7 @@ std::set<int32_t> drawn_ids(Sampler& s, const std::vector<float>& logits, int n)
   return ids;
 }
 
-std::string error_of(const SamplingParams& p, int32_t vocab = 8) {
+std::string sampling_error_of(const SamplingParams& p, int32_t vocab = 8) {
   try {
     Sampler s(p, vocab);
   } catch (const Error& e) {
@@ -283,24 +283,24 @@ TEST(Sampler, BadParametersAreErrorsNamingTheParameter) {
     edit(p);
     return p;
   };
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.temperature = -0.1f; })).find("temperature"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.temperature = NAN; })).find("temperature"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.top_k = -1; })).find("top_k"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.top_p = 0.0f; })).find("top_p"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.top_p = 1.5f; })).find("top_p"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.min_p = -0.1f; })).find("min_p"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.min_p = 1.1f; })).find("min_p"), std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.repetition_penalty = 0.0f; })).find("repetition_penalty"),
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.temperature = -0.1f; })).find("temperature"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.temperature = NAN; })).find("temperature"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.top_k = -1; })).find("top_k"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.top_p = 0.0f; })).find("top_p"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.top_p = 1.5f; })).find("top_p"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.min_p = -0.1f; })).find("min_p"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.min_p = 1.1f; })).find("min_p"), std::string::npos);
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.repetition_penalty = 0.0f; })).find("repetition_penalty"),
             std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.presence_penalty = 3.0f; })).find("presence_penalty"),
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.presence_penalty = 3.0f; })).find("presence_penalty"),
             std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.frequency_penalty = -2.5f; })).find("frequency_penalty"),
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.frequency_penalty = -2.5f; })).find("frequency_penalty"),
             std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.logit_bias = {{8, 1.0f}}; })).find("logit_bias"),
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.logit_bias = {{8, 1.0f}}; })).find("logit_bias"),
             std::string::npos);
-  EXPECT_NE(error_of(with([](SamplingParams& p) { p.logit_bias = {{1, NAN}}; })).find("logit_bias"),
+  EXPECT_NE(sampling_error_of(with([](SamplingParams& p) { p.logit_bias = {{1, NAN}}; })).find("logit_bias"),
             std::string::npos);
-  EXPECT_EQ(error_of(with([](SamplingParams& p) { p.logit_bias = {{7, -kInf}}; })), "");
+  EXPECT_EQ(sampling_error_of(with([](SamplingParams& p) { p.logit_bias = {{7, -kInf}}; })), "");
   EXPECT_THROW(Sampler(SamplingParams{}, 0), Error);
   Sampler s(SamplingParams{}, 8);
   std::vector<float> wrong(7);

@@ -14,6 +14,8 @@
 #include "runtime/token_mask.h"
 #include "tiny_model.h"
 
+using lumen::test_support::letters;
+
 using namespace lumen;
 using runtime::FinishReason;
 using runtime::GenerationRequest;
@@ -27,13 +29,7 @@ using runtime::parse_gbnf;
 
 namespace {
 
-test_support::FakeTokenizer letters() {
-  std::vector<test_support::FakeTokenizer::Entry> e = {{"<pad>", true}, {"<eos>", true}, {"<bos>", true}};
-  for (int i = 3; i < 32; ++i) e.push_back({std::string(1, char('a' + i - 3))});
-  return test_support::FakeTokenizer(std::move(e));
-}
-
-const test_support::TinyModel& tiny() {
+const test_support::TinyModel& scheduler_model() {
   static test_support::TinyModel m(test_support::tiny_model_spec(32, 3, 64));
   return m;
 }
@@ -49,7 +45,7 @@ GenerationRequest request(std::vector<int32_t> prompt, int n, float temperature,
 
 // One sequence alone, one row per step: the reference the batched run must match.
 std::vector<int32_t> alone(const GenerationRequest& req, const tokenizer::Tokenizer& tok,
-                           const model::GemmaModel& model = tiny().model()) {
+                           const model::GemmaModel& model = scheduler_model().model()) {
   runtime::Generation g(req, tok, model.spec().vocab_size);
   kv::ContiguousCache cache(model.spec());
   model::SequenceKv* caches[] = {&cache};
@@ -106,7 +102,7 @@ TEST(Scheduler, BatchedSequencesMatchEachAlone) {
   opts.max_active = 3;    // the fourth waits for a slot
   opts.max_queued = 8;
   opts.prefill_chunk = 3;  // prompts arrive in chunks while others decode
-  Scheduler s(tiny().model(), tok, opts);
+  Scheduler s(scheduler_model().model(), tok, opts);
   std::vector<std::shared_ptr<runtime::Ticket>> tickets;
   for (const auto& r : reqs) tickets.push_back(s.submit(r));
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -165,7 +161,7 @@ TEST(Scheduler, FullQueueRefusesAndCancelFreesTheSlot) {
 
 TEST(Scheduler, ContextLimitEndsWithLength) {
   const auto tok = letters();
-  Scheduler s(tiny().model(), tok, {});
+  Scheduler s(scheduler_model().model(), tok, {});
   // Asks for more than the 64 positions hold: stops when the context is full.
   auto t = s.submit(request({2, 5, 6, 7}, 500, 0.0f, 0));
   ASSERT_TRUE(t);
@@ -176,7 +172,7 @@ TEST(Scheduler, ContextLimitEndsWithLength) {
 
 TEST(Scheduler, BadSamplingThrowsAtSubmit) {
   const auto tok = letters();
-  Scheduler s(tiny().model(), tok, {});
+  Scheduler s(scheduler_model().model(), tok, {});
   auto r = request({2, 5}, 3, -1.0f, 0);
   EXPECT_THROW(s.submit(r), Error);
 }
@@ -202,7 +198,7 @@ TEST(Scheduler, ChoicesOfOnePromptPrefillItOnceAndMatchSeparateRequests) {
     opts.kv_config.page_size = 4;
     std::vector<std::string> wants;
     {
-      Scheduler separate(tiny().model(), tok, opts);
+      Scheduler separate(scheduler_model().model(), tok, opts);
       for (const auto& r : choices) {
         auto t = separate.submit(r);
         ASSERT_TRUE(t);
@@ -215,7 +211,7 @@ TEST(Scheduler, ChoicesOfOnePromptPrefillItOnceAndMatchSeparateRequests) {
     }
     EXPECT_NE(wants[0], wants[1]) << "the seeds make different choices";
 
-    Scheduler s(tiny().model(), tok, opts);
+    Scheduler s(scheduler_model().model(), tok, opts);
     const auto tickets = s.submit_choices(choices);
     ASSERT_EQ(tickets.size(), 3u);
     auto other_ticket = s.submit(other);
@@ -266,7 +262,7 @@ TEST(Scheduler, ChoicesAreQueuedAllOrNone) {
   SchedulerOptions opts;
   opts.max_active = 1;
   opts.max_queued = 2;
-  Scheduler s(tiny().model(), tok, opts);
+  Scheduler s(scheduler_model().model(), tok, opts);
   std::vector<GenerationRequest> four(4, request({2, 5, 6}, 3, 0.0f, 0));
   EXPECT_TRUE(s.submit_choices(four).empty()) << "1 free slot + 2 waiting places < 4";
   EXPECT_EQ(s.stats().rejected, 1);
@@ -377,7 +373,7 @@ TEST(Scheduler, ModelThatBecomesUnusableFailsSequencesAndRefusesNewOnes) {
 // with the time computing them and the part the model step did not hide.
 TEST(Scheduler, GrammarMasksAreCountedAndTimed) {
   const auto tok = letters();
-  Scheduler s(tiny().model(), tok, SchedulerOptions{});
+  Scheduler s(scheduler_model().model(), tok, SchedulerOptions{});
   auto grammar = std::make_shared<CompiledGrammar>(lower(parse_gbnf("root ::= \"abc\" [a-z]*")),
                                                    std::make_shared<TokenTrie>(tok));
   GenerationRequest constrained = request({2, 5}, 6, 0.0f, 0);

@@ -35,7 +35,7 @@ fs::path temp_dir() {
   return dir;
 }
 
-fs::path write_file(const std::string& name, const std::string& bytes) {
+fs::path write_temp_file(const std::string& name, const std::string& bytes) {
   const fs::path path = temp_dir() / name;
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), std::streamsize(bytes.size()));
@@ -88,7 +88,7 @@ json small_tokenizer_json() {
 
 const Tokenizer& small() {
   static const std::unique_ptr<Tokenizer> tok =
-      load_hf_tokenizer(write_file("small_tokenizer.json", small_tokenizer_json().dump()).string());
+      load_hf_tokenizer(write_temp_file("small_tokenizer.json", small_tokenizer_json().dump()).string());
   return *tok;
 }
 
@@ -194,7 +194,7 @@ TEST(StreamDecoder, HoldsIncompleteCharacters) {
 // --- malformed tokenizer.json -----------------------------------------------------------
 
 void expect_load_error(const std::string& name, const std::string& content, const std::string& fragment) {
-  const fs::path path = write_file(name, content);
+  const fs::path path = write_temp_file(name, content);
   try {
     load_hf_tokenizer(path.string());
     FAIL() << name << ": loaded";
@@ -254,7 +254,7 @@ TEST(TokenizerFiles, LoadTokenizerPicksTheLoader) {
   EXPECT_NE(find_tokenizer(dir.string()), nullptr);
   EXPECT_EQ(find_tokenizer(temp_dir().string() + "/nowhere"), nullptr);
   EXPECT_THROW(load_tokenizer((temp_dir() / "nowhere").string()), Error);
-  EXPECT_THROW(load_tokenizer(write_file("weights.bin", "xyz").string()), Error);
+  EXPECT_THROW(load_tokenizer(write_temp_file("weights.bin", "xyz").string()), Error);
 }
 
 // --- SentencePiece ----------------------------------------------------------------------
@@ -270,7 +270,7 @@ TEST(SentencePiece, MalformedModelsAreOneLineErrors) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   }
-  const fs::path garbage = write_file("garbage.model", "\x0a\x05hello\x12");
+  const fs::path garbage = write_temp_file("garbage.model", "\x0a\x05hello\x12");
   EXPECT_THROW(load_sentencepiece(garbage.string()), Error);
   EXPECT_THROW(load_sentencepiece((temp_dir() / "none.model").string()), Error);
 }
