@@ -36,6 +36,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (format == tokenizer::ChatFormat::Gemma3 && messages.size() == 1 &&
           (messages[0].role == "system" || messages[0].role == "developer"))
         break;
+      // Gemma 4 drops "<|channel>...<channel|>" thoughts from the model's earlier turns, as
+      // its template does (checked against the real template by test_chat_format.py).
+      const bool model_turn = messages[i].role == "assistant" || messages[i].role == "model";
+      if (format == tokenizer::ChatFormat::Gemma4 && model_turn &&
+          (messages[i].content.find("<channel|>") != std::string::npos ||
+           messages[i].content.find("<|channel>") != std::string::npos))
+        continue;
       if (prompt.find(tokenizer::utf8::python_strip(messages[i].content)) == std::string::npos)
         fuzz::crash("the rendered prompt lost the content of message " + std::to_string(i));
     }
