@@ -22,7 +22,13 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string_view proto, const std::string& source) : source_(source) {
     if (proto.empty()) throw Error(source + ": empty file, not a SentencePiece model");
-    const auto status = processor_.LoadFromSerializedProto(std::string(proto));
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.LoadFromSerializedProto(std::string(proto));
+    } catch (const std::exception& e) {
+      // The library's trie builder throws on some malformed models (a zero-length piece).
+      throw Error(source + ": not a SentencePiece model (" + printable(e.what()) + ")");
+    }
     if (!status.ok() || processor_.GetPieceSize() <= 0)
       throw Error(source + ": not a SentencePiece model (" + printable(status.ToString()) + ")");
     const int size = processor_.GetPieceSize();
