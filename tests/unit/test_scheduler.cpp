@@ -243,8 +243,9 @@ TEST(Scheduler, ChoicesWhoseLeaderIsCancelledRunThePromptThemselves) {
   opts.max_active = 1;
   Scheduler s(roomy.model(), tok, opts);
   // A request that runs until cancelled holds the only slot: both choices wait in the queue.
+  // Its prompt must have run before it is cancelled, or the prefill count below would race.
   auto blocker = s.submit(request({2, 3}, 1 << 19, 0.0f, 0));
-  ASSERT_TRUE(eventually([&] { return s.stats().active == 1; }));
+  ASSERT_TRUE(eventually([&] { return s.stats().active == 1 && s.stats().prefill_tokens == 2; }));
   const auto tickets = s.submit_choices(choices);
   ASSERT_EQ(tickets.size(), 2u);
   tickets[0]->cancel();  // the leader goes before its prompt ran
