@@ -43,6 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (messages[i].content.find("<channel|>") != std::string::npos ||
            messages[i].content.find("<|channel>") != std::string::npos))
         continue;
+      // Gemma 4 renders a "tool" message only as the response to the model's tool call before
+      // it, as an escaped value (or not at all, as its template does, when no call precedes it).
+      if (format == tokenizer::ChatFormat::Gemma4 && messages[i].role == "tool") continue;
       if (prompt.find(tokenizer::utf8::python_strip(messages[i].content)) == std::string::npos)
         fuzz::crash("the rendered prompt lost the content of message " + std::to_string(i));
     }
