@@ -21,7 +21,6 @@ constexpr uint32_t kMinMinor = 1, kMaxMinor = 9;
 // An HF tokenizer.json is a few MiB; refuse to allocate absurd declared sizes.
 constexpr uint64_t kMaxTokenizerJson = uint64_t(1) << 30;
 
-
 // One VData value. `structs`: version 1.1, where numeric members are structs (the union
 // offset points straight at the value) rather than tables with a `value` field 0.
 MetaValue read_value(const fb::Table& kv, uint8_t type, bool structs) {

@@ -26,12 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
 // Random ggml blocks of `format` with small f16 scales in every scale field.
 std::vector<std::byte> random_blocks(quant::WeightFormat format, int64_t rows, int64_t cols, uint64_t seed) {
   const auto& info = quant::format_info(format);
@@ -84,6 +78,12 @@ KernelBenchRow time_it(const std::string& name, double bytes, double min_seconds
 }
 
 }  // namespace
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 std::vector<std::byte> random_q4x4_weights(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<std::byte> bytes(quant::format_storage_bytes(quant::WeightFormat::Q4_0X4, rows, cols));

@@ -28,6 +28,9 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds = 1.0);
 nlohmann::json kernel_bench_to_json(const std::vector<KernelBenchRow>& rows);
 std::string kernel_bench_to_text(const std::vector<KernelBenchRow>& rows);
 
+// CPU seconds the process has used (all threads): what a shared machine cannot take away.
+double process_cpu_seconds();
+
 // Random Q4_0X4 weight bytes with a small f16 scale in every scale field (random bytes would
 // make NaN or subnormal scales): the benches' stand-in for a quantized matrix.
 std::vector<std::byte> random_q4x4_weights(int64_t rows, int64_t cols, uint64_t seed);

@@ -1,8 +1,6 @@
 #include "runtime/bench_prefill.h"
 
 #include <chrono>
-#include <cstring>
-#include <ctime>
 #include <functional>
 #include <random>
 
@@ -15,15 +13,6 @@
 #include "runtime/bench_kernels.h"
 
 namespace lumen::runtime {
-namespace {
-
-double cpu_now() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-}  // namespace
 
 std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_seconds) {
   using kernels::Isa;
@@ -71,7 +60,7 @@ std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_sec
         call();  // warm-up
         int calls = 0;
         const auto t0 = std::chrono::steady_clock::now();
-        const double c0 = cpu_now();
+        const double c0 = process_cpu_seconds();
         double wall = 0;
         do {
           call();
@@ -80,7 +69,7 @@ std::vector<PrefillBenchRow> run_prefill_kernel_bench(int tokens, double min_sec
         } while (calls < 2 || wall < min_seconds);
         rows.push_back({fmt::format("{}, T={}, {} ({} x{})", s.name, T, k->name, kernels::isa_name(isa),
                                     kernels::ThreadPool::global().size()),
-                        ops, wall / calls, (cpu_now() - c0) / calls});
+                        ops, wall / calls, (process_cpu_seconds() - c0) / calls});
       }
     }
   }
