@@ -153,6 +153,7 @@ void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockAct
     const auto* row = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
     for (int i = 0; i < nt; ++i) {
       const int8_t* q = a.q_of(t0 + i);
+      const int8_t* ql = a.q_lo != nullptr ? a.q_lo_of(t0 + i) : nullptr;
       const float* dx = a.d_of(t0 + i);
       const float* hs = a.half_sums_of(t0 + i);
       float acc = 0.0f;
@@ -162,7 +163,10 @@ void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockAct
         decode_block32(F, row + size_t(c / sub) * info.block_bytes, int(c % sub), w, sw, mw);
         for (int h = 0; h < 2; ++h) {
           int32_t isum = 0;
-          for (int j = 16 * h; j < 16 * h + 16; ++j) isum += int32_t(w[j]) * q[c * 32 + j];
+          for (int j = 16 * h; j < 16 * h + 16; ++j) {
+            const int32_t qv = ql != nullptr ? 256 * q[c * 32 + j] + ql[c * 32 + j] : q[c * 32 + j];
+            isum += int32_t(w[j]) * qv;
+          }
           acc += sw[h] * dx[c] * float(isum) + mw[h] * hs[2 * c + h];
         }
       }
@@ -249,15 +253,15 @@ BlockActivationMode block_activations() {
 
 void set_block_activations(BlockActivationMode mode) { g_block_mode.store(int(mode), std::memory_order_relaxed); }
 
-const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T_in, int64_t K, Isa isa,
+const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T, int64_t K, Isa isa,
                                                         BlockActivationMode mode) {
   if (K % 32 != 0) throw Error("block kernels: " + std::to_string(K) + " columns are not whole 32-element blocks");
   const bool split = mode == BlockActivationMode::Int8x2;
-  const int64_t T = split ? 2 * T_in : T_in;
   auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t q_bytes = round64(size_t(T * K)), d_bytes = round64(size_t(T * (K / 32)) * 4),
                h_bytes = round64(size_t(T * (K / 16)) * 4), l_bytes = round64(size_t(T * (K / 4)) * 4);
-  const size_t need = q_bytes + 2 * d_bytes + h_bytes + l_bytes + 64;
+  const size_t lo_bytes = split ? 3 * q_bytes : 0;  // q_lo, then q16
+  const size_t need = q_bytes + lo_bytes + 2 * d_bytes + h_bytes + l_bytes + 64;
   if (storage_.size() < need) storage_.resize(need);
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage_.data()) + 63) & ~uintptr_t(63));
   acts_.K = K;
@@ -267,33 +271,56 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
   acts_.half_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes);
   acts_.lane_sums = reinterpret_cast<int32_t*>(base + q_bytes + d_bytes + h_bytes);
   acts_.block_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes + h_bytes + l_bytes);
-  auto row = [&](const float* v, int64_t r) {
-    quantize_block_activations(v, K, acts_.q + r * K, acts_.d + r * (K / 32), acts_.half_sums + r * (K / 16),
-                               acts_.lane_sums + r * (K / 4), isa);
-    const int32_t* lanes = acts_.lane_sums + r * (K / 4);
+  acts_.q_lo = split ? reinterpret_cast<int8_t*>(base + q_bytes + 2 * d_bytes + h_bytes + l_bytes) : nullptr;
+  acts_.q16 = split ? reinterpret_cast<int16_t*>(base + 2 * q_bytes + 2 * d_bytes + h_bytes + l_bytes) : nullptr;
+  auto one = [&](int64_t t) {
+    const float* v = x + t * K;
+    int8_t* q = acts_.q + t * K;
+    float* d = acts_.d + t * (K / 32);
+    float* half = acts_.half_sums + t * (K / 16);
+    int32_t* lanes = acts_.lane_sums + t * (K / 4);
+    float* block = acts_.block_sums + t * (K / 32);
+    quantize_block_activations(v, K, q, d, half, lanes, isa);
+    if (split) {
+      // The residual at the fixed scale d / 256, in f32 by this (baseline-compiled) code
+      // whatever the ISA, so both planes are bit-identical on every ISA. Then d, the lane
+      // sums and the half sums become those of Q = 256 q + q_lo.
+      int8_t* lo = acts_.q_lo + t * K;
+      for (int64_t c = 0; c < K / 32; ++c) {
+        const float dh = d[c], dl = dh / 256.0f;
+        for (int64_t j = 32 * c; j < 32 * c + 32; ++j) {
+          const float r = v[j] - float(q[j]) * dh;
+          const float l = dl != 0.0f ? std::nearbyint(r / dl) : 0.0f;
+          lo[j] = int8_t(std::clamp(l, -127.0f, 127.0f));
+        }
+        // Q as int16 in the prefill kernels' order: elements 4l, 4l + 1, then 4l + 2, 4l + 3.
+        int16_t* q16 = acts_.q16 + t * K + 32 * c;
+        for (int j = 0; j < 32; ++j) {
+          const int64_t src = 32 * c + 4 * ((j % 16) / 2) + (j % 2) + 2 * (j / 16);
+          q16[j] = int16_t(256 * q[src] + lo[src]);
+        }
+        d[c] = dl;
+        for (int l = 0; l < 8; ++l) {
+          const int64_t j = 32 * c + 4 * l;
+          lanes[8 * c + l] = 256 * lanes[8 * c + l] + lo[j] + lo[j + 1] + lo[j + 2] + lo[j + 3];
+        }
+        for (int h = 0; h < 2; ++h) {
+          const int32_t* lh = lanes + 8 * c + 4 * h;
+          half[2 * c + h] = dl * float(lh[0] + lh[1] + lh[2] + lh[3]);
+        }
+      }
+    }
     for (int64_t c = 0; c < K / 32; ++c) {
       int32_t s = 0;
       for (int l = 0; l < 8; ++l) s += lanes[8 * c + l];
-      acts_.block_sums[r * (K / 32) + c] = acts_.d[r * (K / 32) + c] * float(s);
+      block[c] = d[c] * float(s);
     }
   };
-  auto one = [&](int64_t t) {
-    const float* v = x + t * K;
-    if (!split) return row(v, t);
-    row(v, 2 * t);
-    // The residual in f32 by this (baseline-compiled) code whatever the ISA, so both halves
-    // are bit-identical on every ISA.
-    std::vector<float> residual(static_cast<size_t>(K));
-    const int8_t* q = acts_.q + 2 * t * K;
-    const float* d = acts_.d + 2 * t * (K / 32);
-    for (int64_t c = 0; c < K; ++c) residual[size_t(c)] = v[c] - float(q[c]) * d[c / 32];
-    row(residual.data(), 2 * t + 1);
-  };
-  if (T_in > 1) {
-    ThreadPool::global().parallel_for(T_in, [&](int64_t a, int64_t b) {
+  if (T > 1) {
+    ThreadPool::global().parallel_for(T, [&](int64_t a, int64_t b) {
       for (int64_t t = a; t < b; ++t) one(t);
     });
-  } else if (T_in == 1) {
+  } else if (T == 1) {
     one(0);
   }
   return acts_;
@@ -315,19 +342,62 @@ void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, f
   block_matmul_isa(x, T, w, y, isa, block_activations());
 }
 
-void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w, float* y_out, Isa isa,
+namespace {
+
+BlockPrefillFns prefill_for(WeightFormat format, Isa isa) {
+  if (isa == Isa::Avx512) return detail::block_prefill_avx512(format);
+  if (isa == Isa::Avx2) return detail::block_prefill_avx2(format);
+  return {};
+}
+
+// Prefill with split activations: each thread decodes a block of its rows (~64 KiB of int16
+// rows, stays in L2) once, then runs every token through it in chunks of kTokenChunk (whose
+// activations stay in cache while the block's row groups pass).
+void block_prefill(const BlockPrefillFns& fns, const BlockActivations& acts, const quant::WeightMatrix& w, float* y) {
+  constexpr int64_t kTokenChunk = 16;
+  const int64_t K = w.cols, N = w.rows, T = acts.T;
+  const size_t row_bytes = w.row_bytes();
+  const size_t dec_row = size_t(K) / fns.block_elems * fns.block_bytes;
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
+  const int64_t block_groups = std::max<int64_t>(1, int64_t(64 << 10) / int64_t(dec_row * kBlockTileRows));
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<std::byte> storage;
+    const size_t need = size_t(block_groups * kBlockTileRows) * dec_row + 32;
+    if (storage.size() < need) storage.resize(need);
+    auto* dec = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage.data()) + 31) & ~uintptr_t(31));
+    for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
+      const int64_t b1 = std::min(g1, b0 + block_groups);
+      const int64_t first_row = b0 * kBlockTileRows, rows = std::min(N, b1 * kBlockTileRows) - first_row;
+      fns.decode(base + size_t(first_row) * row_bytes, row_bytes, int(rows), K, dec);
+      for (int64_t t = 0; t < T; t += kTokenChunk) {
+        const int nt = int(std::min<int64_t>(kTokenChunk, T - t));
+        for (int64_t r0 = first_row; r0 < first_row + rows; r0 += kBlockTileRows) {
+          const int nr = int(std::min<int64_t>(kBlockTileRows, N - r0));
+          fns.gemm(dec + size_t(r0 - first_row) * dec_row, dec_row, nr, acts, t, nt, y + r0, N);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
                       BlockActivationMode mode) {
   if (!quant::is_ggml_block_format(w.format))
     throw Error(std::string("block kernels: format ") + quant::format_name(w.format) + " is not a ggml block format");
   const int64_t K = w.cols, N = w.rows;
-  if (T_in <= 0 || N <= 0) return;
+  if (T <= 0 || N <= 0) return;
   const BlockTileFn tile = tile_for(w.format, isa);
   thread_local BlockActivationBuffer buffer;
-  const BlockActivations& acts = buffer.quantize(x, T_in, K, isa, mode);
-  // Split activations: the halves are rows 2t and 2t + 1; each block of rows writes them
-  // into a small per-thread buffer [2T, block rows] and adds them into y.
-  const bool split = mode == BlockActivationMode::Int8x2;
-  const int64_t T = acts.T;
+  const BlockActivations& acts = buffer.quantize(x, T, K, isa, mode);
+  // Several tokens with split activations: decode the rows once (bit-identical to the tiles).
+  constexpr int64_t kPrefillMinTokens = 4;
+  if (acts.q16 != nullptr && T >= kPrefillMinTokens) {
+    const BlockPrefillFns fns = prefill_for(w.format, isa);
+    if (fns.gemm != nullptr) return block_prefill(fns, acts, w, y);
+  }
   const size_t row_bytes = w.row_bytes();
   const auto* base = static_cast<const std::byte*>(w.data);
   const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
@@ -336,26 +406,16 @@ void block_matmul_isa(const float* x, int64_t T_in, const quant::WeightMatrix& w
   const int64_t block_groups =
       std::max<int64_t>(1, int64_t(128 << 10) / int64_t(row_bytes * kBlockTileRows));
   ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    thread_local std::vector<float> halves;
     for (int64_t b0 = g0; b0 < g1; b0 += block_groups) {
       const int64_t b1 = std::min(g1, b0 + block_groups);
-      const int64_t first_row = b0 * kBlockTileRows, rows = std::min(N, b1 * kBlockTileRows) - first_row;
-      if (split && halves.size() < size_t(T * rows)) halves.resize(size_t(T * rows));
-      // Output of row first_row + i, (virtual) token t: y[t * ldy + i].
-      float* y = split ? halves.data() : y_out + first_row;
-      const int64_t ldy = split ? rows : N;
       for (int64_t t = 0; t < T; t += kBlockTileTokens) {
         const int nt = int(std::min<int64_t>(kBlockTileTokens, T - t));
         for (int64_t g = b0; g < b1; ++g) {
           const int64_t r0 = g * kBlockTileRows;
           const int nr = int(std::min<int64_t>(kBlockTileRows, N - r0));
-          tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + (r0 - first_row), ldy);
+          tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + r0, N);
         }
       }
-      if (split)
-        for (int64_t t = 0; t < T_in; ++t)
-          for (int64_t i = 0; i < rows; ++i)
-            y_out[t * N + first_row + i] = y[2 * t * rows + i] + y[(2 * t + 1) * rows + i];
     }
   });
 }

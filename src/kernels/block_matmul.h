@@ -33,16 +33,25 @@ namespace lumen::kernels {
 // dx (max|x| / 127, values rounded to nearest even: bit-identical on every ISA), K/16 half
 // sums S = dx * (sum of q over 16 elements), the same over 32, and K/4 lane sums (sum of 4 consecutive q, the
 // correction for weights stored with an offset).
+// Split activations (Int8x2) add a second int8 plane q_lo: token t's value is then
+// d * Q with Q = 256 * q + q_lo (a 16-bit integer held as two int8 planes, so the int8
+// instructions still apply), and the sums below are of Q.
 struct BlockActivations {
   int64_t K = 0;
   int64_t T = 0;
   int8_t* q = nullptr;           // [T, K], 64-byte aligned rows
+  int8_t* q_lo = nullptr;        // [T, K] split activations' low plane; null for single int8
+  // [T, K] split activations: Q itself as int16, per 32-element block elements 4l, 4l + 1
+  // (l = 0..7) then 4l + 2, 4l + 3 (the prefill kernels' order, block_matmul_simd.h).
+  int16_t* q16 = nullptr;
   float* d = nullptr;            // [T, K/32]
   float* half_sums = nullptr;    // [T, K/16]
   float* block_sums = nullptr;   // [T, K/32]: dx * (sum of q over the block)
   int32_t* lane_sums = nullptr;  // [T, K/4]
 
   const int8_t* q_of(int64_t t) const { return q + t * K; }
+  const int8_t* q_lo_of(int64_t t) const { return q_lo + t * K; }
+  const int16_t* q16_of(int64_t t) const { return q16 + t * K; }
   const float* d_of(int64_t t) const { return d + t * (K / 32); }
   const float* half_sums_of(int64_t t) const { return half_sums + t * (K / 16); }
   const float* block_sums_of(int64_t t) const { return block_sums + t * (K / 32); }
@@ -51,12 +60,14 @@ struct BlockActivations {
 
 // How the block kernels quantize activations.
 //   Int8:   x ~ dx * q, one int8 per element (ggml's q8_0).
-//   Int8x2: x ~ dx1 * q1 + dx2 * q2, q2 the int8 quantization of the residual x - dx1 * q1 at
-//           its own per-block scale (<= dx1 / 254): each token becomes two rows of
-//           activations (hi, lo) that go through the same tiles, and y = y_hi + y_lo. Twice
-//           the multiply-adds, the weights still read once; the activations' rounding then
-//           costs nothing measurable (Gemma's hidden states have per-block outliers that
-//           make single int8 lose ~1.7% perplexity on the 270M). The default.
+//   Int8x2: x ~ dx * q + (dx / 256) * q_lo = (dx / 256) * (256 q + q_lo), q_lo the int8
+//           rounding of the residual x - dx * q at the fixed finer scale dx / 256 (the residual
+//           is at most dx / 2, so q_lo spans int8; clamped to +-127). Each product is
+//           256 * (int8 dot of q) + (int8 dot of q_lo), combined as integers: twice the int8
+//           multiply-adds of Int8, one f32 multiply-add per block as for Int8, the weights read
+//           once. The activations' rounding then costs nothing measurable (Gemma's hidden
+//           states have per-block outliers that make single int8 lose ~1.7% perplexity on
+//           the 270M). The default.
 // LUMEN_BLOCK_ACT=int8|int8x2 chooses at start-up; set_block_activations() in tests.
 enum class BlockActivationMode { Int8, Int8x2 };
 BlockActivationMode block_activations();  // throws lumen::Error on a bad LUMEN_BLOCK_ACT
@@ -66,8 +77,8 @@ void set_block_activations(BlockActivationMode mode);
 class BlockActivationBuffer {
  public:
   // Quantizes x [T, K] (K a multiple of 32) with the given ISA's code, over the pool for T > 1.
-  // Int8x2: 2T rows, token t's hi half in row 2t and lo half in row 2t + 1 (bit-identical on
-  // every ISA: the residual is formed by one baseline-compiled piece of code).
+  // Int8x2 fills q_lo as well (bit-identical on every ISA: the residual is formed by one
+  // baseline-compiled piece of code).
   const BlockActivations& quantize(const float* x, int64_t T, int64_t K, Isa isa,
                                    BlockActivationMode mode = BlockActivationMode::Int8);
 
@@ -87,6 +98,18 @@ constexpr int kBlockTileRows = 4;
 constexpr int kBlockTileTokens = 4;
 using BlockTileFn = void (*)(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& acts,
                              int64_t t0, int nt, float* y, int64_t ldy);
+
+// Prefill with split activations (block_matmul_simd.h): `decode` writes rows [0, nr) of a
+// matrix (row_bytes apart) as the kernels' int16 rows, `block_bytes` per row and `block_elems`
+// columns; `gemm` multiplies nr <= kBlockTileRows decoded rows (dec_row_bytes apart) by tokens
+// [t0, t0 + nt) (any nt), y[t * ldy + r]. Bit-identical to the format's tile.
+struct BlockPrefillFns {
+  void (*decode)(const std::byte* rows, size_t row_bytes, int nr, int64_t K, std::byte* out) = nullptr;
+  void (*gemm)(const std::byte* dec, size_t dec_row_bytes, int nr, const BlockActivations& acts, int64_t t0, int nt,
+               float* y, int64_t ldy) = nullptr;
+  size_t block_bytes = 0;
+  size_t block_elems = 0;
+};
 
 // The activation type a weight format pairs with (a column of the format table).
 enum class ActivationKind {
@@ -128,6 +151,9 @@ BlockTileFn block_tile_avx2(quant::WeightFormat format);
 BlockTileFn block_tile_avx512(quant::WeightFormat format);
 // block_matmul_avx512.cpp's source built on SIMDe (unit tests on machines without AVX-512).
 BlockTileFn block_tile_avx512_emulated(quant::WeightFormat format);
+BlockPrefillFns block_prefill_avx2(quant::WeightFormat format);
+BlockPrefillFns block_prefill_avx512(quant::WeightFormat format);
+BlockPrefillFns block_prefill_avx512_emulated(quant::WeightFormat format);
 void quantize_block_activations_avx2(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
                                      int32_t* lane_sums);
 }  // namespace detail

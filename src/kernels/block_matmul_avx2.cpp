@@ -5,6 +5,7 @@
 namespace lumen::kernels::detail {
 
 BlockTileFn block_tile_avx2(quant::WeightFormat format) { return simd::tile_of<2, 4>(format); }
+BlockPrefillFns block_prefill_avx2(quant::WeightFormat format) { return simd::prefill_of<4, 2>(format); }
 
 bool decode_block_row_avx2(quant::WeightFormat format, const void* row, int64_t n, int8_t* w, float* sw, float* mw) {
   using F = quant::WeightFormat;

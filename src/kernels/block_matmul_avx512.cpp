@@ -8,8 +8,10 @@
 #ifdef LUMEN_TEST_SIMDE_AVX512
 #include "simde_avx512_shim.h"
 #define LUMEN_BLOCK_TILE_AVX512 block_tile_avx512_emulated
+#define LUMEN_BLOCK_PREFILL_AVX512 block_prefill_avx512_emulated
 #else
 #define LUMEN_BLOCK_TILE_AVX512 block_tile_avx512
+#define LUMEN_BLOCK_PREFILL_AVX512 block_prefill_avx512
 #endif
 #define LUMEN_BLOCK_VNNI 1
 #include "kernels/block_matmul_simd.h"
@@ -17,5 +19,6 @@
 namespace lumen::kernels::detail {
 
 BlockTileFn LUMEN_BLOCK_TILE_AVX512(quant::WeightFormat format) { return simd::tile_of<4, 4>(format); }
+BlockPrefillFns LUMEN_BLOCK_PREFILL_AVX512(quant::WeightFormat format) { return simd::prefill_of<4, 4>(format); }
 
 }  // namespace lumen::kernels::detail

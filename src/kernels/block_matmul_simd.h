@@ -331,6 +331,32 @@ inline __m256i int_dot(const RowWeights<D>& rw, __m256i x, __m256i corr) {
 #endif
 }
 
+// The same for split activations Q = 256 * hi + lo (block_matmul.h): 256 * dot(hi) + dot(lo)
+// in int32, `corr` from the pair's combined lane sums. The pairs of 16-bit products are
+// widened by vpmaddwd with 256 and 1, so the two halves meet in one vector before the
+// conversion to f32 (one convert and one multiply-add per row, token and block, not two).
+template <class D>
+inline __m256i int_dot_pair(const RowWeights<D>& rw, __m256i hi, __m256i lo, __m256i corr) {
+#ifdef LUMEN_BLOCK_VNNI
+  const __m256i h = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), rw.u, hi), 8);
+  return _mm256_dpbusd_epi32(_mm256_add_epi32(h, corr), rw.u, lo);
+#else
+  const __m256i ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  __m256i ph, pl;
+  if constexpr (D::kSigned) {
+    ph = _mm256_maddubs_epi16(rw.u, _mm256_sign_epi8(hi, rw.w));
+    pl = _mm256_maddubs_epi16(rw.u, _mm256_sign_epi8(lo, rw.w));
+  } else {
+    ph = _mm256_maddubs_epi16(rw.u, hi);
+    pl = _mm256_maddubs_epi16(rw.u, lo);
+  }
+  const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones));
+  if constexpr (!D::kSigned && D::kOffset != 0) return _mm256_add_epi32(sum, corr);
+  (void)corr;
+  return sum;
+#endif
+}
+
 // The correction a token's lane sums give a format: -offset * lane sum (offset 128 for the
 // signed formats on VNNI, which multiplies them as unsigned).
 template <class D>
@@ -344,18 +370,56 @@ constexpr int correction_offset() {
 
 constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
 
-template <WeightFormat F, int R, int NT>
+// Block geometry known at compile time (the loops over sub-blocks and the block stride fold
+// away); tile_of checks it against quant::format_info.
+struct BlockGeometry {
+  int sub;       // 32-element sub-blocks per block
+  size_t bytes;  // bytes per block
+};
+constexpr BlockGeometry geometry(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::Q4_0: return {1, 18};
+    case WeightFormat::Q4_1: return {1, 20};
+    case WeightFormat::Q5_0: return {1, 22};
+    case WeightFormat::Q5_1: return {1, 24};
+    case WeightFormat::Q8_0: return {1, 34};
+    case WeightFormat::IQ4_NL: return {1, 18};
+    case WeightFormat::Q2_K: return {8, 84};
+    case WeightFormat::Q3_K: return {8, 110};
+    case WeightFormat::Q4_K: return {8, 144};
+    case WeightFormat::Q5_K: return {8, 176};
+    case WeightFormat::Q6_K: return {8, 210};
+    case WeightFormat::IQ4_XS: return {8, 136};
+    default: return {0, 0};
+  }
+}
+
+// Decode (one token) streams the weights once and is bound by memory: the tile prefetches the
+// same block of the rows kDecodePrefetchTiles tiles ahead (the driver walks tiles in row
+// order), which the hardware prefetchers do not do well for R interleaved row streams
+// (Gemma 3 270M's output projection: 12 GB/s without, 22 GB/s with). A prefetch past the
+// matrix's end is harmless (prefetches do not fault).
+constexpr size_t kDecodePrefetchTiles = 4;
+
+// R rows x NT tokens. kPair: split activations (a.q_lo set), each token's integer dot is
+// 256 * hi + lo. Per 32-element sub-block the tokens' activations are loaded once, then each
+// row is decoded and meets every token: R * NT accumulators, NT (or 2 NT) activation
+// registers and one row's temporaries live at a time, so the AVX2 shapes fit 16 registers.
+// Each (row, token) accumulator sees the same operations in the same order whatever R and NT
+// are, so a token's outputs do not depend on the tile shape (or the batch).
+template <WeightFormat F, int R, int NT, bool kPair>
 void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
                 int64_t ldy) {
   using D = Decoder<F>;
-  const auto& info = quant::format_info(F);
-  const int sub = int(info.block_elems / 32);
-  const int64_t blocks = a.K / info.block_elems;
+  constexpr BlockGeometry kGeom = geometry(F);
+  constexpr int kSub = kGeom.sub;
+  const int64_t blocks = a.K / (32 * kSub);
   constexpr int kCorr = correction_offset<D>();
   const uint8_t* row[R];
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) row[r] = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
   const int8_t* q[NT];
+  const int8_t* ql[NT];
   const float* dx[NT];
   const float* hs[NT];
   const float* s32[NT];
@@ -363,6 +427,7 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
   #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     q[t] = a.q_of(t0 + t);
+    ql[t] = kPair ? a.q_lo_of(t0 + t) : nullptr;
     dx[t] = a.d_of(t0 + t);
     hs[t] = a.half_sums_of(t0 + t);
     s32[t] = a.block_sums_of(t0 + t);
@@ -379,31 +444,37 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     const uint8_t* blk[R];
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      blk[r] = row[r] + size_t(sb) * info.block_bytes;
+      blk[r] = row[r] + size_t(sb) * kGeom.bytes;
+      if constexpr (NT == 1)
+        _mm_prefetch(reinterpret_cast<const char*>(blk[r] + kDecodePrefetchTiles * R * row_bytes), _MM_HINT_T0);
       D::prepare(blk[r], ctx[r]);
     }
-    for (int k = 0; k < sub; ++k) {
-      const int64_t c = sb * sub + k;
-      RowWeights<D> rw[R];
-      __m256 sw[R];
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        rw[r] = prepare_row<D>(D::weights(blk[r], ctx[r], k));
-        sw[r] = D::scales(ctx[r], k);
-      }
+    #pragma GCC unroll 8
+    for (int k = 0; k < kSub; ++k) {
+      const int64_t c = sb * kSub + k;
+      __m256i xh[NT], xl[NT], corr[NT];
+      __m256 d[NT];
       #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
-        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
-        __m256i corr = _mm256_setzero_si256();
+        xh[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
+        if constexpr (kPair) xl[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql[t] + 32 * c));
+        corr[t] = _mm256_setzero_si256();
         if constexpr (kCorr != 0) {
           const __m256i l = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[t] + 8 * c));
-          corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(l, log2_of(kCorr)));
+          corr[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(l, log2_of(kCorr)));
         }
-        const __m256 d = _mm256_set1_ps(dx[t][c]);
+        d[t] = _mm256_set1_ps(dx[t][c]);
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 sw = D::scales(ctx[r], k);
+        const RowWeights<D> rw = prepare_row<D>(D::weights(blk[r], ctx[r], k));
         #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 prod = _mm256_cvtepi32_ps(int_dot<D>(rw[r], x, corr));
-          acc[r][t] = _mm256_fmadd_ps(prod, _mm256_mul_ps(sw[r], d), acc[r][t]);
+        for (int t = 0; t < NT; ++t) {
+          __m256i isum;
+          if constexpr (kPair) isum = int_dot_pair<D>(rw, xh[t], xl[t], corr[t]);
+          else isum = int_dot<D>(rw, xh[t], corr[t]);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw, d[t]), acc[r][t]);
         }
       }
     }
@@ -411,7 +482,7 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 2 * sb * sub, s32[t] + sb * sub, acc[r][t]);
+        for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 2 * sb * kSub, s32[t] + sb * kSub, acc[r][t]);
     }
   }
   #pragma GCC unroll 8
@@ -420,30 +491,192 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
 }
 
-// The driver's tile: up to kBlockTileRows x kBlockTileTokens, from sub-tiles of kRows x
-// kTokens (the ISA's register budget), kBlockTileRows x 1 or 2 for one token (decode; two with
-// split activations) so each weight block is decoded once per tile, single rows at the edges.
-template <WeightFormat F, int R, int kTokens>
+// Tokens [t0, t0 + nt) in sub-tiles of kTokens, then 2, then 1.
+template <WeightFormat F, int R, int kTokens, bool kPair>
 void tile_rows(const std::byte* p, size_t row_bytes, const BlockActivations& a, int64_t t0, int nt, float* y,
                int64_t ldy) {
   int t = 0;
-  for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, R, kTokens>(p, row_bytes, a, t0 + t, y, ldy);
-  for (; t + 2 <= nt; t += 2) tile_fixed<F, R, 2>(p, row_bytes, a, t0 + t, y, ldy);
-  for (; t < nt; ++t) tile_fixed<F, R, 1>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t + kTokens <= nt; t += kTokens) tile_fixed<F, R, kTokens, kPair>(p, row_bytes, a, t0 + t, y, ldy);
+  if constexpr (kTokens > 2)
+    for (; t + 2 <= nt; t += 2) tile_fixed<F, R, 2, kPair>(p, row_bytes, a, t0 + t, y, ldy);
+  for (; t < nt; ++t) tile_fixed<F, R, 1, kPair>(p, row_bytes, a, t0 + t, y, ldy);
+}
+
+// The driver's tile: up to kBlockTileRows x kBlockTileTokens. One token (decode) runs
+// kBlockTileRows rows at once, so each weight block is decoded once for the token; more tokens
+// run sub-tiles of kRows x kTokens (the ISA's register budget; split activations take two
+// registers per token, so half the tokens), single rows at the edges.
+template <WeightFormat F, int kRows, int kTokens, bool kPair>
+void tile_mode(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt,
+               float* y, int64_t ldy) {
+  constexpr int kT = kPair ? (kTokens / 2 > 0 ? kTokens / 2 : 1) : kTokens;
+  if (nt == 1 && nr == kBlockTileRows) return tile_fixed<F, kBlockTileRows, 1, kPair>(rows, row_bytes, a, t0, y, ldy);
+  int r = 0;
+  for (; r + kRows <= nr; r += kRows)
+    tile_rows<F, kRows, kT, kPair>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
+  for (; r < nr; ++r) tile_rows<F, 1, kT, kPair>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
 }
 
 template <WeightFormat F, int kRows, int kTokens>
 void tile(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt, float* y,
           int64_t ldy) {
-  if (nt <= 2 && nr == kBlockTileRows) return tile_rows<F, kBlockTileRows, 2>(rows, row_bytes, a, t0, nt, y, ldy);
+  if (a.q_lo != nullptr) return tile_mode<F, kRows, kTokens, true>(rows, row_bytes, nr, a, t0, nt, y, ldy);
+  tile_mode<F, kRows, kTokens, false>(rows, row_bytes, nr, a, t0, nt, y, ldy);
+}
+
+// --- prefill with split activations: rows decoded once, then int16 products -------------
+//
+// A prompt's tokens all meet the same weights, so the rows are decoded once per call into a
+// small buffer (per row and block: the decoder's context, then each 32-element sub-block's
+// integers widened to int16, elements 4l and 4l + 1 of each 4 in the first vector, 4l + 2 and
+// 4l + 3 in the second) and every token then costs two vpmaddwd against Q (block_matmul.h,
+// stored in the same order) and one add, which leaves lane l holding the products of elements
+// 4l .. 4l + 3: exactly the integers of the tiles above. The f32 operations per (row, token)
+// are the tiles' own too, so prefill and decode give a token bit-identical outputs.
+
+template <WeightFormat F>
+struct Decoded16 {
+  using D = Decoder<F>;
+  static constexpr int kSub = geometry(F).sub;
+  static constexpr size_t kCtxBytes = (sizeof(typename D::Ctx) + 31) / 32 * 32;
+  static constexpr size_t kBlockBytes = kCtxBytes + size_t(kSub) * 64;  // per row and block
+};
+
+template <WeightFormat F>
+void decode_rows16(const std::byte* rows, size_t row_bytes, int nr, int64_t K, std::byte* out) {
+  using D = Decoder<F>;
+  using L = Decoded16<F>;
+  const int64_t blocks = K / (32 * L::kSub);
+  for (int r = 0; r < nr; ++r) {
+    const auto* row = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
+    std::byte* o = out + size_t(r) * size_t(blocks) * L::kBlockBytes;
+    for (int64_t sb = 0; sb < blocks; ++sb, o += L::kBlockBytes) {
+      const uint8_t* b = row + size_t(sb) * geometry(F).bytes;
+      auto* ctx = reinterpret_cast<typename D::Ctx*>(o);
+      D::prepare(b, *ctx);
+      for (int k = 0; k < L::kSub; ++k) {
+        __m256i v = D::weights(b, *ctx, k);
+        if constexpr (!D::kSigned && D::kOffset != 0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(char(D::kOffset)));
+        // Per 128-bit half: elements {4l, 4l + 1} to bytes 0-7, {4l + 2, 4l + 3} to bytes 8-15;
+        // the unpacks then widen bytes 0-7 and 8-15 of both halves.
+        const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+        v = _mm256_shuffle_epi8(v, order);
+        auto* w = reinterpret_cast<__m256i*>(o + L::kCtxBytes + size_t(k) * 64);
+        _mm256_store_si256(w, _mm256_srai_epi16(_mm256_unpacklo_epi8(v, v), 8));
+        _mm256_store_si256(w + 1, _mm256_srai_epi16(_mm256_unpackhi_epi8(v, v), 8));
+      }
+    }
+  }
+}
+
+template <WeightFormat F, int R, int NT>
+void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                  int64_t ldy) {
+  using D = Decoder<F>;
+  using L = Decoded16<F>;
+  const int64_t blocks = a.K / (32 * L::kSub);
+  const int16_t* q[NT];
+  const float* dx[NT];
+  const float* hs[NT];
+  const float* s32[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q16_of(t0 + t);
+    dx[t] = a.d_of(t0 + t);
+    hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
+  }
+  __m256 acc[R][NT];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    const std::byte* blk[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) blk[r] = dec + size_t(r) * dec_row_bytes + size_t(sb) * L::kBlockBytes;
+    #pragma GCC unroll 8
+    for (int k = 0; k < L::kSub; ++k) {
+      const int64_t c = sb * L::kSub + k;
+      __m256 sw[R];
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) sw[r] = D::scales(*reinterpret_cast<const typename D::Ctx*>(blk[r]), k);
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m256i xa = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
+        const __m256i xb = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16));
+        const __m256 d = _mm256_set1_ps(dx[t][c]);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const auto* w = reinterpret_cast<const __m256i*>(blk[r] + L::kCtxBytes + size_t(k) * 64);
+          const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(w), xa),
+                                                _mm256_madd_epi16(_mm256_load_si256(w + 1), xb));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw[r], d), acc[r][t]);
+        }
+      }
+    }
+    if constexpr (D::kHasMin) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+          D::add_mins(*reinterpret_cast<const typename D::Ctx*>(blk[r]), hs[t] + 2 * sb * L::kSub,
+                      s32[t] + sb * L::kSub, acc[r][t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
+}
+
+// Rows [0, nr) of the decoded buffer against tokens [t0, t0 + nt): kRows x kTokens sub-tiles,
+// then smaller ones at the edges.
+template <WeightFormat F, int kRows, int kTokens>
+void gemm16(const std::byte* dec, size_t dec_row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt,
+            float* y, int64_t ldy) {
+  auto rows_of = [&]<int RR>(const std::byte* d, float* yy) {
+    int t = 0;
+    for (; t + kTokens <= nt; t += kTokens) gemm16_fixed<F, RR, kTokens>(d, dec_row_bytes, a, t0 + t, yy, ldy);
+    for (; t < nt; ++t) gemm16_fixed<F, RR, 1>(d, dec_row_bytes, a, t0 + t, yy, ldy);
+  };
   int r = 0;
-  for (; r + kRows <= nr; r += kRows)
-    tile_rows<F, kRows, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
-  for (; r < nr; ++r) tile_rows<F, 1, kTokens>(rows + size_t(r) * row_bytes, row_bytes, a, t0, nt, y + r, ldy);
+  for (; r + kRows <= nr; r += kRows) rows_of.template operator()<kRows>(dec + size_t(r) * dec_row_bytes, y + r);
+  for (; r < nr; ++r) rows_of.template operator()<1>(dec + size_t(r) * dec_row_bytes, y + r);
+}
+
+template <WeightFormat F, int kRows, int kTokens>
+constexpr BlockPrefillFns prefill_fns() {
+  return {decode_rows16<F>, gemm16<F, kRows, kTokens>, Decoded16<F>::kBlockBytes, size_t(32 * geometry(F).sub)};
+}
+
+template <int kRows, int kTokens>
+BlockPrefillFns prefill_of(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::Q4_0: return prefill_fns<WeightFormat::Q4_0, kRows, kTokens>();
+    case WeightFormat::Q4_1: return prefill_fns<WeightFormat::Q4_1, kRows, kTokens>();
+    case WeightFormat::Q5_0: return prefill_fns<WeightFormat::Q5_0, kRows, kTokens>();
+    case WeightFormat::Q5_1: return prefill_fns<WeightFormat::Q5_1, kRows, kTokens>();
+    case WeightFormat::Q8_0: return prefill_fns<WeightFormat::Q8_0, kRows, kTokens>();
+    case WeightFormat::Q2_K: return prefill_fns<WeightFormat::Q2_K, kRows, kTokens>();
+    case WeightFormat::Q3_K: return prefill_fns<WeightFormat::Q3_K, kRows, kTokens>();
+    case WeightFormat::Q4_K: return prefill_fns<WeightFormat::Q4_K, kRows, kTokens>();
+    case WeightFormat::Q5_K: return prefill_fns<WeightFormat::Q5_K, kRows, kTokens>();
+    case WeightFormat::Q6_K: return prefill_fns<WeightFormat::Q6_K, kRows, kTokens>();
+    case WeightFormat::IQ4_NL: return prefill_fns<WeightFormat::IQ4_NL, kRows, kTokens>();
+    case WeightFormat::IQ4_XS: return prefill_fns<WeightFormat::IQ4_XS, kRows, kTokens>();
+    default: return {};
+  }
 }
 
 template <int kRows, int kTokens>
 BlockTileFn tile_of(WeightFormat format) {
+  // A geometry that disagrees with the format table leaves the format without a tile (the
+  // table's test fails) rather than reading blocks at the wrong stride.
+  const auto& info = quant::format_info(format);
+  if (size_t(geometry(format).sub) * 32 != size_t(info.block_elems) || geometry(format).bytes != info.block_bytes)
+    return nullptr;
   switch (format) {
     case WeightFormat::Q4_0: return tile<WeightFormat::Q4_0, kRows, kTokens>;
     case WeightFormat::Q4_1: return tile<WeightFormat::Q4_1, kRows, kTokens>;

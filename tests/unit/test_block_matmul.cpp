@@ -131,21 +131,26 @@ TEST(BlockKernels, ScalarReferenceIsTheDequantizedProduct) {
     const int64_t rows = 5, cols = 3 * std::max<int64_t>(info.block_elems, 64), T = 3;
     const Matrix m = random_matrix(f, rows, cols, 21);
     const auto x = activations(T * cols, 7);
-    std::vector<float> y(static_cast<size_t>(T * rows));
-    kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar, kernels::BlockActivationMode::Int8);
-    kernels::BlockActivationBuffer buf;
-    const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      quant::dequantize_row(m.w, r, row.data());
-      for (int64_t t = 0; t < T; ++t) {
-        double sum = 0.0, mag = 0.0;
-        for (int64_t c = 0; c < cols; ++c) {
-          const double xv = double(a.d_of(t)[c / 32]) * a.q_of(t)[c];
-          sum += double(row[size_t(c)]) * xv;
-          mag += std::fabs(double(row[size_t(c)]) * xv);
+    for (auto mode : {kernels::BlockActivationMode::Int8, kernels::BlockActivationMode::Int8x2}) {
+      const bool split = mode == kernels::BlockActivationMode::Int8x2;
+      std::vector<float> y(static_cast<size_t>(T * rows));
+      kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar, mode);
+      kernels::BlockActivationBuffer buf;
+      const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode);
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        quant::dequantize_row(m.w, r, row.data());
+        for (int64_t t = 0; t < T; ++t) {
+          double sum = 0.0, mag = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const int32_t Q = split ? 256 * a.q_of(t)[c] + a.q_lo_of(t)[c] : a.q_of(t)[c];
+            const double xv = double(a.d_of(t)[c / 32]) * Q;
+            sum += double(row[size_t(c)]) * xv;
+            mag += std::fabs(double(row[size_t(c)]) * xv);
+          }
+          EXPECT_NEAR(y[size_t(t * rows + r)], sum, 2e-6 * mag + 1e-30)
+              << name_of(f) << " row " << r << " token " << t << (split ? ", split" : "");
         }
-        EXPECT_NEAR(y[size_t(t * rows + r)], sum, 2e-6 * mag + 1e-30) << name_of(f) << " row " << r << " token " << t;
       }
     }
   }
@@ -183,6 +188,29 @@ TEST(BlockKernels, EveryIsaMatchesTheScalarReferenceOnOddSizes) {
   }
 }
 
+// Several tokens with split activations take the prefill kernels (rows decoded once to int16);
+// a token's outputs must be bit-identical to what the decode tile gives it alone, on every ISA,
+// so a prompt's logits do not depend on how it was batched.
+TEST(BlockKernels, PrefillIsBitIdenticalToDecodeTokenByToken) {
+  const auto isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD ISA on this CPU";
+  for (WeightFormat f : kBlockFormats) {
+    const auto& info = quant::format_info(f);
+    const int64_t rows = 11, cols = 2 * std::max<int64_t>(info.block_elems, 64), T = 19;
+    const Matrix m = random_matrix(f, rows, cols, 31);
+    const auto x = activations(T * cols, 17);
+    for (auto isa : isas) {
+      std::vector<float> batched(static_cast<size_t>(T * rows)), single(static_cast<size_t>(rows));
+      kernels::block_matmul_isa(x.data(), T, m.w, batched.data(), isa, kernels::BlockActivationMode::Int8x2);
+      for (int64_t t = 0; t < T; ++t) {
+        kernels::block_matmul_isa(x.data() + t * cols, 1, m.w, single.data(), isa, kernels::BlockActivationMode::Int8x2);
+        ASSERT_EQ(std::memcmp(single.data(), batched.data() + t * rows, size_t(rows) * 4), 0)
+            << name_of(f) << " on " << kernels::isa_name(isa) << ", token " << t;
+      }
+    }
+  }
+}
+
 #ifdef LUMEN_TEST_SIMDE_AVX512
 // The AVX-512 tiles' own source (VNNI through SIMDe) against the scalar tiles, on machines
 // without AVX-512 (with it, EveryIsaMatchesTheScalarReferenceOnOddSizes runs them natively).
@@ -195,8 +223,9 @@ TEST(BlockKernels, EmulatedAvx512TilesMatchTheScalarReference) {
         const int64_t cols = 2 * std::max<int64_t>(info.block_elems, 64);
         const Matrix m = random_matrix(f, rows, cols, uint64_t(rows * 10 + T));
         const auto x = activations(T * cols, uint32_t(T));
+        for (auto mode : {kernels::BlockActivationMode::Int8, kernels::BlockActivationMode::Int8x2}) {
         kernels::BlockActivationBuffer buf;
-        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar);
+        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode);
         std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), std::nanf(""));
         const size_t rb = m.w.row_bytes();
         const auto* base = reinterpret_cast<const std::byte*>(m.bytes.data());
@@ -210,8 +239,25 @@ TEST(BlockKernels, EmulatedAvx512TilesMatchTheScalarReference) {
           }
         float scale = 0.0f;
         for (float v : want) scale = std::max(scale, std::fabs(v));
+        if (mode == kernels::BlockActivationMode::Int8x2) {  // the prefill kernels' AVX-512 build too
+          const auto pre = kernels::detail::block_prefill_avx512_emulated(f);
+          ASSERT_NE(pre.gemm, nullptr) << name_of(f);
+          const size_t dec_row = size_t(cols) / pre.block_elems * pre.block_bytes;
+          std::vector<std::byte> dec(size_t(rows) * dec_row + 32);
+          auto* d = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(dec.data()) + 31) & ~uintptr_t(31));
+          pre.decode(base, rb, int(rows), cols, d);
+          std::vector<float> pf(want.size(), std::nanf(""));
+          for (int64_t r = 0; r < rows; r += kernels::kBlockTileRows)
+            pre.gemm(d + r * dec_row, dec_row, int(std::min<int64_t>(kernels::kBlockTileRows, rows - r)), a, 0, int(T),
+                     pf.data() + r, rows);
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(pf[i], want[i], 2e-5f * scale) << name_of(f) << " prefill, rows " << rows << " T " << T;
+        }
         for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << name_of(f) << " rows " << rows << " T " << T << " output " << i;
+          ASSERT_NEAR(got[i], want[i], 2e-5f * scale)
+              << name_of(f) << " rows " << rows << " T " << T << " output " << i
+              << (mode == kernels::BlockActivationMode::Int8x2 ? ", split" : "");
+        }
       }
   }
 }
@@ -250,17 +296,34 @@ TEST(BlockKernels, FastPathIsCloseToTheExactPath) {
 
 TEST(BlockKernels, SplitActivationsAreHiThenResidual) {
   const int64_t K = 96;
-  const auto x = activations(K, 5);
+  auto x = activations(K, 5);
+  x[40] = 50.0f;  // a per-block outlier, what the split is for
   for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2}) {
     if (!kernels::cpu_supports(isa)) continue;
     kernels::BlockActivationBuffer single, pair;
     const auto& a = single.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8);
     const auto& b = pair.quantize(x.data(), 1, K, isa, kernels::BlockActivationMode::Int8x2);
-    ASSERT_EQ(b.T, 2);
+    ASSERT_EQ(b.T, 1);
+    ASSERT_NE(b.q_lo, nullptr);
+    EXPECT_EQ(a.q_lo, nullptr);
     EXPECT_EQ(std::memcmp(a.q_of(0), b.q_of(0), size_t(K)), 0);  // hi = single int8 exactly
+    for (int64_t c = 0; c < K / 32; ++c) EXPECT_EQ(b.d_of(0)[c], a.d_of(0)[c] / 256) << c;
     for (int64_t c = 0; c < K; ++c) {
-      const float hi = b.d_of(0)[c / 32] * b.q_of(0)[c], lo = b.d_of(1)[c / 32] * b.q_of(1)[c];
-      EXPECT_LE(std::fabs(x[size_t(c)] - hi - lo), b.d_of(0)[c / 32] / 254 + 1e-6f) << c;
+      const int32_t Q = 256 * b.q_of(0)[c] + b.q_lo_of(0)[c];
+      EXPECT_GE(b.q_lo_of(0)[c], -127);
+      // Within one low step of x (half a step but where the residual needed +-128).
+      EXPECT_LE(std::fabs(x[size_t(c)] - b.d_of(0)[c / 32] * float(Q)), b.d_of(0)[c / 32] * 1.001f) << c;
+    }
+    // The sums are of Q: lane sums exactly, half and block sums as d * (sum of Q).
+    for (int64_t l = 0; l < K / 4; ++l) {
+      int32_t s = 0;
+      for (int j = 0; j < 4; ++j) s += 256 * b.q_of(0)[4 * l + j] + b.q_lo_of(0)[4 * l + j];
+      EXPECT_EQ(b.lane_sums_of(0)[l], s) << l;
+    }
+    for (int64_t h = 0; h < K / 16; ++h) {
+      int32_t s = 0;
+      for (int j = 0; j < 16; ++j) s += 256 * b.q_of(0)[16 * h + j] + b.q_lo_of(0)[16 * h + j];
+      EXPECT_EQ(b.half_sums_of(0)[h], b.d_of(0)[h / 2] * float(s)) << h;
     }
   }
   setenv("LUMEN_BLOCK_ACT", "int16", 1);
