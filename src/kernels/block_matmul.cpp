@@ -383,26 +383,29 @@ void block_prefill(const BlockPrefillFns& fns, const BlockActivations& acts, con
 
 }  // namespace
 
-void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
-                      BlockActivationMode mode) {
+namespace {
+
+void check_block_format(const quant::WeightMatrix& w) {
   if (!quant::is_ggml_block_format(w.format))
     throw Error(std::string("block kernels: format ") + quant::format_name(w.format) + " is not a ggml block format");
-  const int64_t K = w.cols, N = w.rows;
-  if (T <= 0 || N <= 0) return;
-  const BlockTileFn tile = tile_for(w.format, isa);
-  thread_local BlockActivationBuffer buffer;
-  const BlockActivations& acts = buffer.quantize(x, T, K, isa, mode);
-  // Several tokens with split activations: decode the rows once (bit-identical to the tiles).
-  constexpr int64_t kPrefillMinTokens = 4;
+}
+
+// Several tokens with split activations: decode the rows once (bit-identical to the tiles).
+constexpr int64_t kPrefillMinTokens = 4;
+
+// y = acts W^T with the activations already quantized.
+void block_matmul_quantized(const BlockActivations& acts, const quant::WeightMatrix& w, float* y, Isa isa) {
+  const int64_t T = acts.T, N = w.rows;
   if (acts.q16 != nullptr && T >= kPrefillMinTokens) {
     const BlockPrefillFns fns = prefill_for(w.format, isa);
     if (fns.gemm != nullptr) return block_prefill(fns, acts, w, y);
   }
+  const BlockTileFn tile = tile_for(w.format, isa);
   const size_t row_bytes = w.row_bytes();
   const auto* base = static_cast<const std::byte*>(w.data);
   const int64_t groups = (N + kBlockTileRows - 1) / kBlockTileRows;
-  // Weight-stationary blocking for prefill: a block of rows (~128 KiB, stays in L2) meets
-  // every token group in turn, so the weights are read from memory once per call.
+  // Weight-stationary blocking for several tokens: a block of rows (~128 KiB, stays in L2)
+  // meets every token group in turn, so the weights are read from memory once per call.
   const int64_t block_groups =
       std::max<int64_t>(1, int64_t(128 << 10) / int64_t(row_bytes * kBlockTileRows));
   ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
@@ -416,6 +419,60 @@ void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, f
           tile(base + size_t(r0) * row_bytes, row_bytes, nr, acts, t, nt, y + r0, N);
         }
       }
+    }
+  });
+}
+
+}  // namespace
+
+void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
+                      BlockActivationMode mode) {
+  check_block_format(w);
+  if (T <= 0 || w.rows <= 0) return;
+  thread_local BlockActivationBuffer buffer;
+  block_matmul_quantized(buffer.quantize(x, T, w.cols, isa, mode), w, y, isa);
+}
+
+void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
+                             std::span<float* const> ys, Isa isa, BlockActivationMode mode) {
+  if (ws.size() != ys.size())
+    throw Error("block kernels: " + std::to_string(ws.size()) + " matrices but " + std::to_string(ys.size()) +
+                " outputs");
+  if (ws.empty() || T <= 0) return;
+  const int64_t K = ws[0]->cols;
+  for (const auto* w : ws) {
+    check_block_format(*w);
+    if (w->cols != K)
+      throw Error("block kernels: matrices sharing an input have " + std::to_string(K) + " and " +
+                  std::to_string(w->cols) + " columns");
+  }
+  thread_local BlockActivationBuffer buffer;
+  const BlockActivations& acts = buffer.quantize(x, T, K, isa, mode);
+  if (T > 1) {
+    for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts, *ws[i], ys[i], isa);
+    return;
+  }
+  // One token: the row groups of all the matrices in one pool call.
+  constexpr size_t kMaxShared = 8;
+  if (ws.size() > kMaxShared) {
+    for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts, *ws[i], ys[i], isa);
+    return;
+  }
+  int64_t first_group[kMaxShared + 1] = {0};
+  BlockTileFn tiles[kMaxShared];
+  for (size_t i = 0; i < ws.size(); ++i) {
+    first_group[i + 1] = first_group[i] + (ws[i]->rows + kBlockTileRows - 1) / kBlockTileRows;
+    tiles[i] = tile_for(ws[i]->format, isa);
+  }
+  ThreadPool::global().parallel_for(first_group[ws.size()], [&](int64_t g0, int64_t g1) {
+    size_t i = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      while (g >= first_group[i + 1]) ++i;
+      const quant::WeightMatrix& w = *ws[i];
+      const int64_t r0 = (g - first_group[i]) * kBlockTileRows;
+      const int nr = int(std::min<int64_t>(kBlockTileRows, w.rows - r0));
+      tiles[i](static_cast<const std::byte*>(w.data) + size_t(r0) * w.row_bytes(), w.row_bytes(), nr, acts, 0, 1,
+               ys[i] + r0, w.rows);
     }
   });
 }

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -137,6 +138,12 @@ const FormatKernels& format_kernels(quant::WeightFormat format);
 void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa);
 void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa,
                       BlockActivationMode mode);
+
+// y_i = x W_i^T for ggml block-format matrices sharing an input (q/k/v, gate/up; same column
+// count, any formats): the activations are quantized once, and for one token every matrix's
+// rows run in one pool call. Bit-identical to block_matmul_isa on each matrix.
+void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
+                             std::span<float* const> ys, Isa isa, BlockActivationMode mode);
 
 namespace detail {
 // The decoded 32-element blocks of a row, the canonical integers and scales above:

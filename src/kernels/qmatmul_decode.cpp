@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/block_matmul.h"
 #include "kernels/matmul.h"
 #include "kernels/prefill.h"
 #include "kernels/thread_pool.h"
@@ -106,6 +107,10 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
   for (const auto* w : ws)
     prefill = prefill && prefill_kernel(w->format, isa, T, q8_mode) && w->cols == ws[0]->cols;
   if (prefill) return prefill_matmul(x, T, ws, ys, isa, q8_mode);
+  // ggml block formats: one activation quantization, and one pool call for a token.
+  bool blocks = !exact_matmul() && !ws.empty();
+  for (const auto* w : ws) blocks = blocks && quant::is_ggml_block_format(w->format) && w->cols == ws[0]->cols;
+  if (blocks) return block_matmul_shared_isa(x, T, ws, ys, isa, block_activations());
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, T, *ws[i], ys[i]);
 }
 

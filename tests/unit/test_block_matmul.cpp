@@ -211,6 +211,41 @@ TEST(BlockKernels, PrefillIsBitIdenticalToDecodeTokenByToken) {
   }
 }
 
+// Matrices sharing an input (q/k/v with mixed formats, as Gemma 3 270M's Q4_K_M has) in one
+// call: bit-identical to one call per matrix, for a token and for a prompt.
+TEST(BlockKernels, SharedInputCallEqualsOneCallPerMatrix) {
+  const int64_t cols = 512;
+  const Matrix a = random_matrix(WeightFormat::Q5_0, 13, cols, 1), b = random_matrix(WeightFormat::Q8_0, 6, cols, 2),
+               c = random_matrix(WeightFormat::Q4_K, 9, cols, 3);
+  const quant::WeightMatrix* ws[] = {&a.w, &b.w, &c.w};
+  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (!kernels::cpu_supports(isa)) continue;
+    for (int64_t T : {1, 5}) {
+      const auto x = activations(T * cols, uint32_t(T));
+      std::vector<std::vector<float>> separate(3), shared(3);
+      float* ys[3];
+      for (size_t i = 0; i < 3; ++i) {
+        separate[i].resize(size_t(T * ws[i]->rows));
+        shared[i].assign(separate[i].size(), std::nanf(""));
+        kernels::block_matmul_isa(x.data(), T, *ws[i], separate[i].data(), isa, kernels::BlockActivationMode::Int8x2);
+        ys[i] = shared[i].data();
+      }
+      kernels::block_matmul_shared_isa(x.data(), T, ws, ys, isa, kernels::BlockActivationMode::Int8x2);
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(std::memcmp(shared[i].data(), separate[i].data(), separate[i].size() * 4), 0)
+            << "matrix " << i << " on " << kernels::isa_name(isa) << ", T " << T;
+    }
+  }
+  const Matrix narrow = random_matrix(WeightFormat::Q8_0, 2, 256, 4);
+  const quant::WeightMatrix* mixed[] = {&a.w, &narrow.w};
+  std::vector<float> y0(13), y1(2);
+  float* ys[] = {y0.data(), y1.data()};
+  const auto x = activations(cols, 9);
+  EXPECT_THROW(kernels::block_matmul_shared_isa(x.data(), 1, mixed, ys, kernels::Isa::Scalar,
+                                                kernels::BlockActivationMode::Int8x2),
+               Error);
+}
+
 #ifdef LUMEN_TEST_SIMDE_AVX512
 // The AVX-512 tiles' own source (VNNI through SIMDe) against the scalar tiles, on machines
 // without AVX-512 (with it, EveryIsaMatchesTheScalarReferenceOnOddSizes runs them natively).
