@@ -466,15 +466,32 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
 
+  // One token and 256-element blocks: the products of the block's sub-block (or half) scales
+  // with the token's 32-column scales are formed 8 at a time per block (the same f32 products
+  // the per-sub-block multiply gives, so the outputs do not change).
+  constexpr bool kPrescale = NT == 1 && kSub == 8;
   for (int64_t sb = 0; sb < blocks; ++sb) {
     typename D::Ctx ctx[R];
     const uint8_t* blk[R];
+    [[maybe_unused]] alignas(32) float sd[R][16];
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       blk[r] = row[r] + size_t(sb) * kGeom.bytes;
       if constexpr (NT == 1)
         _mm_prefetch(reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes), _MM_HINT_T0);
       D::prepare(blk[r], ctx[r]);
+      if constexpr (kPrescale) {
+        const __m256 d8 = _mm256_loadu_ps(dx[0] + sb * kSub);
+        if constexpr (sizeof(ctx[r].sw) == 16 * sizeof(float)) {  // a scale per 16 elements
+          const __m256 lo = _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+          const __m256 hi = _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+          _mm256_store_ps(sd[r], _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw), lo));
+          _mm256_store_ps(sd[r] + 8, _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw + 8), hi));
+        } else {
+          static_assert(sizeof(ctx[r].sw) == 8 * sizeof(float));
+          _mm256_store_ps(sd[r], _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw), d8));
+        }
+      }
     }
     #pragma GCC unroll 8
     for (int k = 0; k < kSub; ++k) {
@@ -494,8 +511,17 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
       }
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256 sw = D::scales(ctx[r], k);
         const RowWeights<D> rw = prepare_row<D>(D::weights(blk[r], ctx[r], k));
+        if constexpr (kPrescale) {
+          const __m256 scale = sizeof(ctx[r].sw) == 16 * sizeof(float) ? halves(sd[r][2 * k], sd[r][2 * k + 1])
+                                                                       : _mm256_set1_ps(sd[r][k]);
+          __m256i isum;
+          if constexpr (kPair) isum = int_dot_pair<D>(rw, xh[0], xl[0], corr[0]);
+          else isum = int_dot<D>(rw, xh[0], corr[0]);
+          acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r][0]);
+          continue;
+        }
+        const __m256 sw = D::scales(ctx[r], k);
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           __m256i isum;
