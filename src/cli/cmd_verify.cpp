@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "formats/temp_files.h"
 #include "cli/command.h"
 #include "formats/litertlm.h"
 #include "formats/safetensors.h"
@@ -148,24 +149,15 @@ std::string runs(const std::vector<int>& xs) {
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  formats::TempFile file(path);  // removed (and unregistered) unless committed
   {
-    std::ofstream out(tmp, std::ios::binary);
+    std::ofstream out(file.temp_path(), std::ios::binary);
     if (!out) throw Error(path + ": cannot write the receipt");
     out << text;
     out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(path + ": cannot write the receipt");
-    }
+    if (!out) throw Error(path + ": cannot write the receipt");
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(path + ": cannot write the receipt");
-  }
+  file.commit();
 }
 
 int verify(const VerifyOptions& o) {

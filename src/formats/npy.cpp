@@ -3,9 +3,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "base/error.h"
+#include "formats/temp_files.h"
 
 namespace lumen::formats {
 
@@ -23,8 +23,8 @@ void write_npy_f32(const std::string& path, const float* data, const std::vector
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
 
-  const std::string tmp = path + ".tmp-lumen";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
+  TempFile file(path);  // removed (and unregistered) unless committed
+  FILE* f = std::fopen(file.temp_path().c_str(), "wb");
   if (!f) throw Error("cannot write '" + path + "': " + std::strerror(errno));
   const uint16_t header_len = uint16_t(header.size());
   const unsigned char preamble[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
@@ -33,16 +33,8 @@ void write_npy_f32(const std::string& path, const float* data, const std::vector
             std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
             std::fwrite(data, sizeof(float), count, f) == count;
   ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw Error("cannot write '" + path + "': write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error("cannot write '" + path + "': " + ec.message());
-  }
+  if (!ok) throw Error("cannot write '" + path + "': write failed");
+  file.commit();
 }
 
 }  // namespace lumen::formats

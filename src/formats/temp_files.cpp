@@ -4,7 +4,11 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+
+#include "base/error.h"
 
 namespace lumen::formats {
 
@@ -55,6 +59,22 @@ void unregister_temp_file(const char* path) {
       return;
     }
   }
+}
+
+TempFile::TempFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp-" + std::to_string(::getpid())) {
+  register_temp_file(temp_.c_str());
+}
+
+TempFile::~TempFile() {
+  if (!committed_) std::remove(temp_.c_str());
+  unregister_temp_file(temp_.c_str());
+}
+
+void TempFile::commit() {
+  std::error_code ec;
+  std::filesystem::rename(temp_, path_, ec);
+  if (ec) throw Error("cannot rename " + in_quotes(temp_) + " to " + in_quotes(path_) + ": " + ec.message());
+  committed_ = true;
 }
 
 }  // namespace lumen::formats

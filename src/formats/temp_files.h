@@ -4,6 +4,8 @@
 // process as it would have. Async-signal-safe: fixed slots, no allocation in the handler.
 #pragma once
 
+#include <string>
+
 namespace lumen::formats {
 
 // Installs the handler for SIGINT, SIGTERM and SIGHUP (a command that takes those signals
@@ -14,5 +16,24 @@ void install_temp_file_cleanup();
 // slot, or past the slot count, are simply not covered.
 void register_temp_file(const char* path);
 void unregister_temp_file(const char* path);
+
+// A file written under "<path>.tmp-<pid>" and renamed onto `path` by commit(), so a reader of
+// `path` never sees it half-written. While it exists the temp name is registered above; the
+// destructor removes it unless committed (an exception or an early return leaves nothing).
+class TempFile {
+ public:
+  explicit TempFile(std::string path);
+  ~TempFile();
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  const std::string& temp_path() const { return temp_; }
+  // Renames the temp file onto the path; throws lumen::Error naming both on failure.
+  void commit();
+
+ private:
+  std::string path_, temp_;
+  bool committed_ = false;
+};
 
 }  // namespace lumen::formats

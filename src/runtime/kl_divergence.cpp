@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "formats/temp_files.h"
 #include "kernels/thread_pool.h"
 #include "kv/contiguous_cache.h"
 
@@ -115,18 +116,16 @@ KlBaseInfo save_kl_base(const Engine& engine, std::span<const int32_t> text_toke
   const int32_t bos = engine.spec().tokens.bos;
   const Tokens t = chunked(text_tokens, bos, n_ctx, max_chunks);
   const int V = engine.spec().vocab_size, nv = record_u16(V);
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  formats::TempFile file(path);  // removed (and unregistered) unless committed
+  const std::string& temp = file.temp_path();
   std::FILE* f = std::fopen(temp.c_str(), "wb");
   if (!f) throw Error("cannot write " + in_quotes(temp) + ": " + std::strerror(errno));
   struct Closer {
     std::FILE*& f;
-    const std::string& temp;
-    bool done = false;
     ~Closer() {
       if (f) std::fclose(f);
-      if (!done) std::remove(temp.c_str());
     }
-  } closer{f, temp};
+  } closer{f};
   auto put = [&](const void* p, size_t n) {
     if (std::fwrite(p, 1, n, f) != n) throw Error("cannot write " + in_quotes(temp) + ": " + std::strerror(errno));
   };
@@ -183,10 +182,7 @@ KlBaseInfo save_kl_base(const Engine& engine, std::span<const int32_t> text_toke
   const int rc = std::fclose(f);
   f = nullptr;
   if (rc != 0) throw Error("cannot write " + in_quotes(temp) + ": " + std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) throw Error("cannot rename " + in_quotes(temp) + " to " + in_quotes(path) + ": " + ec.message());
-  closer.done = true;
+  file.commit();
   return {n_ctx, V, t.n_chunk, std::exp(nll_sum / double(count))};
 }
 
