@@ -218,8 +218,7 @@ TEST(BlockKernels, SharedInputCallEqualsOneCallPerMatrix) {
   const Matrix a = random_matrix(WeightFormat::Q5_0, 13, cols, 1), b = random_matrix(WeightFormat::Q8_0, 6, cols, 2),
                c = random_matrix(WeightFormat::Q4_K, 9, cols, 3);
   const quant::WeightMatrix* ws[] = {&a.w, &b.w, &c.w};
-  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
-    if (!kernels::cpu_supports(isa)) continue;
+  for (auto isa : lumen::test_support::all_isas()) {
     for (int64_t T : {1, 5}) {
       const auto x = activations(T * cols, uint32_t(T));
       std::vector<std::vector<float>> separate(3), shared(3);

@@ -37,13 +37,6 @@ using kernels::Isa;
 
 namespace {
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (auto isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (kernels::cpu_supports(isa)) out.push_back(isa);
-  return out;
-}
-
 X4Matrix make_q4(int64_t rows, int64_t cols, uint32_t seed) {
   const auto f = randn(size_t(rows * cols), seed);
   X4Matrix m;
@@ -133,7 +126,7 @@ TEST(DecodeKernel, MatvecOnEveryIsaMatchesTheScalarReferenceOnOddSizes) {
     }
     const double tol = 1e-5 * max_abs(exact);
     for (size_t r = 0; r < exact.size(); ++r) ASSERT_NEAR(scalar[r], exact[r], tol) << r;
-    for (Isa isa : supported_isas()) {
+    for (Isa isa : lumen::test_support::all_isas()) {
       std::vector<float> y(size_t(s.rows), -1.0f);
       const quant::WeightMatrix* ws[] = {&m.w};
       float* ys[] = {y.data()};
@@ -150,7 +143,7 @@ TEST(DecodeKernel, FusedDispatchEqualsSeparateCalls) {
   const int64_t K = 515;
   X4Matrix a = make_q4(37, K, 51), b = make_q4(9, K, 52), c = make_q4(130, K, 53);
   const auto x = randn(size_t(K), 54);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : lumen::test_support::all_isas()) {
     std::vector<float> ya(37), yb(9), yc(130), sa(37), sb(9), sc(130);
     const quant::WeightMatrix* ws[] = {&a.w, &b.w, &c.w};
     float* ys[] = {ya.data(), yb.data(), yc.data()};
@@ -169,7 +162,7 @@ TEST(DecodeKernel, SharedInputMatmulFallsBackToSeparateCallsOutsideDecodeQ4) {
   const Isa saved = kernels::active_isa();
   const int64_t K = 300;
   X4Matrix a = make_q4(11, K, 61), q8 = make_q8(6, K, 62);
-  for (Isa isa : supported_isas()) {
+  for (Isa isa : lumen::test_support::all_isas()) {
     kernels::set_isa(isa);
     for (int64_t T : {1, 3}) {
       const auto x = randn(size_t(T * K), 63 + uint32_t(T));

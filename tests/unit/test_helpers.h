@@ -57,6 +57,14 @@ inline void write_file(const std::filesystem::path& path, const std::string& byt
   ASSERT_TRUE(out.good()) << path;
 }
 
+// Every instruction set this CPU runs, the scalar reference first.
+inline std::vector<kernels::Isa> all_isas() {
+  std::vector<kernels::Isa> out;
+  for (auto isa : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512})
+    if (kernels::cpu_supports(isa)) out.push_back(isa);
+  return out;
+}
+
 // The SIMD instruction sets this CPU runs (the scalar reference is always there).
 inline std::vector<kernels::Isa> simd_isas() {
   std::vector<kernels::Isa> out;
