@@ -4,6 +4,7 @@
 // gains stored as w and applied as (1 + w), layer kinds from layer_types or the
 // sliding_window_pattern, RoPE thetas from rope_theta/rope_local_base_freq or rope_parameters.
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 #include "spec/model_spec.h"
@@ -26,6 +27,17 @@ struct Reader {
     const int64_t v = j[key].get<int64_t>();
     if (v < lo || v > (int64_t(1) << 30)) fail(key, "is " + std::to_string(v) + ", out of range");
     return v;
+  }
+  // A token id: absent or null gives the fallback; otherwise an integer in [0, 2^31).
+  int token_id(const json& v, const std::string& key) const {
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+        v.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))
+      fail(key, "must be a token id (an integer from 0), got " + v.dump().substr(0, 40));
+    return int(v.get<int64_t>());
+  }
+  int token_id(const std::string& key, int fallback) const {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    return token_id(j[key], key);
   }
   std::optional<double> number(const std::string& key) const {
     if (!j.contains(key) || j[key].is_null()) return std::nullopt;
@@ -96,15 +108,15 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
     for (int i = 0; i < n_layers; ++i)
       if ((i + 1) % pattern == 0) kinds[size_t(i)] = AttentionKind::Full;
   }
-  spec.tokens.pad = int(t.value("pad_token_id", 0));
-  spec.tokens.bos = int(t.value("bos_token_id", 2));
+  spec.tokens.pad = r.token_id("pad_token_id", 0);
+  spec.tokens.bos = r.token_id("bos_token_id", 2);
   const json eos = t.contains("eos_token_id") ? t["eos_token_id"] : config.value("eos_token_id", json(1));
   spec.tokens.stop.clear();
   if (eos.is_array()) {
-    for (const auto& e : eos) spec.tokens.stop.push_back(e.get<int>());
+    for (const auto& e : eos) spec.tokens.stop.push_back(r.token_id(e, "eos_token_id"));
     spec.tokens.eos = spec.tokens.stop.empty() ? 1 : spec.tokens.stop[0];
   } else {
-    spec.tokens.eos = eos.is_number_integer() ? eos.get<int>() : 1;
+    spec.tokens.eos = eos.is_null() ? 1 : r.token_id(eos, "eos_token_id");
     spec.tokens.stop.push_back(spec.tokens.eos);
   }
   if (spec.vocab_size > 106) spec.tokens.stop.push_back(106);  // <end_of_turn> of Gemma 3's vocabulary

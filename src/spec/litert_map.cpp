@@ -329,8 +329,9 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
     if (!e.contains("role") || !e["role"].is_string()) throw Error(at + ": `role` is missing or not a string");
     me.role = e["role"].get<std::string>();
     const auto layer = e.value("layer", nlohmann::json(-1));
-    if (!layer.is_number_integer()) throw Error(at + ": `layer` is not an integer");
-    me.layer = layer.get<int>();
+    if (!layer.is_number_integer() || layer.get<int64_t>() < -1 || layer.get<int64_t>() > (int64_t(1) << 20))
+      throw Error(at + ": `layer` is not -1 or a layer index");
+    me.layer = int(layer.get<int64_t>());
     if (is_global_role(me.role)) {
       if (me.layer != -1) throw Error(at + ": role " + me.role + " is not a layer tensor (layer must be -1 or absent)");
     } else if (is_layer_role(me.role)) {

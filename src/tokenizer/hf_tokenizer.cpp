@@ -118,7 +118,9 @@ void read_decoder(const JsonReader& r, const json& step, const std::string& fiel
     d.content = r.string(r.member(step, "content", field), field + ".content");
     const json& start = r.member(step, "start", field);
     const json& stop = r.member(step, "stop", field);
-    if (!start.is_number_unsigned() || !stop.is_number_unsigned()) r.fail(field, "start and stop must be counts");
+    if (!start.is_number_unsigned() || !stop.is_number_unsigned() || start.get<uint64_t>() > (1u << 20) ||
+        stop.get<uint64_t>() > (1u << 20))
+      r.fail(field, "start and stop must be counts");
     d.strip_start = start.get<int>();
     d.strip_stop = stop.get<int>();
   } else {

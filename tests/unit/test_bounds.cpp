@@ -146,6 +146,26 @@ TEST(SizeBounds, LayerCountsAreBoundedBeforeLayersAreBuilt) {
   }
 }
 
+// Token ids that are not ints (a float far beyond int, a negative, a string) are one-line errors
+// naming the field, never a cast (the fuzz finding: bos_token_id 2.9e117 reached get<int>).
+TEST(SizeBounds, Gemma3TokenIdsMustBeIntegersInRange) {
+  const nlohmann::json base = {{"model_type", "gemma3_text"}, {"vocab_size", 300},     {"hidden_size", 64},
+                               {"intermediate_size", 64},     {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1},    {"head_dim", 32},         {"max_position_embeddings", 512},
+                               {"sliding_window", 64}};
+  EXPECT_NO_THROW(spec::spec_from_hf_config(base, "ok/config.json"));
+  struct Case { const char* key; nlohmann::json value; };
+  const Case cases[] = {{"bos_token_id", 2.888888888888889e117}, {"pad_token_id", -1}, {"bos_token_id", "2"},
+                        {"eos_token_id", nlohmann::json::array({1, 1e40})}, {"eos_token_id", 4294967296.0}};
+  for (const Case& c : cases) {
+    nlohmann::json config = base;
+    config[c.key] = c.value;
+    const std::string error = error_of([&] { spec::spec_from_hf_config(config, "bad/config.json"); });
+    EXPECT_NE(error.find(std::string("`") + c.key + "` must be a token id"), std::string::npos) << c.key << ": " << error;
+    EXPECT_NE(error.find("bad/config.json"), std::string::npos) << error;
+  }
+}
+
 // A TFLite FlatBuffer of a few KB whose offsets all share one subgraph and one tensor:
 // `subgraphs` subgraph slots x `tensors` tensor slots decode to subgraphs x tensors tensors.
 std::string shared_offsets_tflite(uint32_t subgraphs, uint32_t tensors) {
