@@ -321,6 +321,8 @@ TEST(LitertMap, MapFileIsCheckedAgainstThePackage) {
       {head + R"("entries": [{"constant": 0, "layer": 0, "role": "self_attn.x_proj"}]})", "unknown role 'self_attn.x_proj'"},
       {head + R"("entries": [{"constant": 0, "layer": 0, "role": "norm"}]})", "is not a layer tensor"},
       {head + R"("entries": [{"constant": 0, "role": "input_layernorm"}]})", "needs a `layer`"},
+      {head + R"("entries": [{"constant": 0, "layer": 4294967296, "role": "input_layernorm"}]})", "is not -1 or a layer index"},
+      {head + R"("entries": [{"constant": 0, "layer": -2, "role": "input_layernorm"}]})", "is not -1 or a layer index"},
       {head + R"("entries": [{"name": "nope", "layer": 0, "role": "input_layernorm"}]})", "no constant of pkg.litertlm is named"},
       {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm"}, {"constant": 1, "layer": 1, "role": "input_layernorm"}]})",
        "both map to layer 1 input_layernorm"},

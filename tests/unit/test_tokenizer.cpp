@@ -237,6 +237,9 @@ TEST(TokenizerJson, MalformedFilesAreOneLineErrors) {
   j = small_tokenizer_json();
   j["model"]["unk_token"] = "<nope>";
   expect_load_error("unk.json", j.dump(), "unk_token '<nope>' is not in the vocabulary");
+  j = small_tokenizer_json();  // a Strip count beyond any token is refused, not narrowed to int
+  j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 4294967297ull}, {"stop", 0}};
+  expect_load_error("strip.json", j.dump(), "start and stop must be counts");
   try {
     load_hf_tokenizer((temp_dir() / "missing.json").string());
     FAIL();
