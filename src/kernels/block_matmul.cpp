@@ -448,13 +448,9 @@ void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::W
   }
   thread_local BlockActivationBuffer buffer;
   const BlockActivations& acts = buffer.quantize(x, T, K, isa, mode);
-  if (T > 1) {
-    for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts, *ws[i], ys[i], isa);
-    return;
-  }
-  // One token: the row groups of all the matrices in one pool call.
+  // One token: the row groups of all the matrices in one pool call (up to kMaxShared of them).
   constexpr size_t kMaxShared = 8;
-  if (ws.size() > kMaxShared) {
+  if (T > 1 || ws.size() > kMaxShared) {
     for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts, *ws[i], ys[i], isa);
     return;
   }

@@ -318,6 +318,23 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// A tile's R x NT accumulators (8 lanes each): zeroed, then summed into y[(t0 + t) * ldy + r].
+template <int R, int NT>
+inline void zero_accumulators(__m256 (&acc)[R][NT]) {
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+}
+
+template <int R, int NT>
+inline void write_outputs(const __m256 (&acc)[R][NT], int64_t t0, float* y, int64_t ldy) {
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
+}
+
 // One row's 32 weight bytes, prepared once for every token of the tile.
 template <class D>
 struct RowWeights {
@@ -461,10 +478,7 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     lanes[t] = a.lane_sums_of(t0 + t);
   }
   __m256 acc[R][NT];
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  zero_accumulators(acc);
 
   // One token and 256-element blocks: the products of the block's sub-block (or half) scales
   // with the token's 32-column scales are formed 8 at a time per block (the same f32 products
@@ -538,10 +552,7 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
         for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 2 * sb * kSub, s32[t] + sb * kSub, acc[r][t]);
     }
   }
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
+  write_outputs(acc, t0, y, ldy);
 }
 
 // Tokens [t0, t0 + nt) in sub-tiles of kTokens, then 2, then 1.
@@ -643,10 +654,7 @@ void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivat
     s32[t] = a.block_sums_of(t0 + t);
   }
   __m256 acc[R][NT];
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  zero_accumulators(acc);
   for (int64_t sb = 0; sb < blocks; ++sb) {
     const std::byte* blk[R];
     #pragma GCC unroll 8
@@ -680,10 +688,7 @@ void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivat
                       s32[t] + sb * L::kSub, acc[r][t]);
     }
   }
-  #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) y[(t0 + t) * ldy + r] = hsum(acc[r][t]);
+  write_outputs(acc, t0, y, ldy);
 }
 
 // Rows [0, nr) of the decoded buffer against tokens [t0, t0 + nt): kRows x kTokens sub-tiles,
