@@ -491,8 +491,11 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       blk[r] = row[r] + size_t(sb) * kGeom.bytes;
-      if constexpr (NT == 1)
-        _mm_prefetch(reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes), _MM_HINT_T0);
+      if constexpr (NT == 1) {  // every cache line of the block (a 256-block spans 2 to 4)
+        const char* ahead = reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes);
+        #pragma GCC unroll 4
+        for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+      }
       D::prepare(blk[r], ctx[r]);
       if constexpr (kPrescale) {
         const __m256 d8 = _mm256_loadu_ps(dx[0] + sb * kSub);

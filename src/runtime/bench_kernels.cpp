@@ -226,6 +226,13 @@ std::vector<KernelBenchRow> run_kernel_bench(double min_seconds) {
     }
     constexpr int64_t kPrefillT = 64, kPrefillRows = 256;
     const quant::WeightMatrix hot_w{format, kPrefillRows, H, data[0].data()};
+    // The same product on 1024 rows that stay in cache (L3): the kernel's arithmetic alone
+    // (decode is bound by memory when this is well above the matvec's GB/s).
+    const quant::WeightMatrix cached_w{format, 1024, H, data[0].data()};
+    rows.push_back(time_it(fname + " matvec 1024x3840 in cache (" + kernels::isa_name(kernels::active_isa()) + ")",
+                           double(quant::format_storage_bytes(format, 1024, H)), min_seconds, [&] {
+                             kernels::block_matmul_isa(x.data(), 1, cached_w, yq.data(), kernels::active_isa());
+                           }));
     std::vector<float> xs(size_t(kPrefillT * H)), ys(size_t(kPrefillT * kPrefillRows));
     for (auto& e : xs) e = nd(rng);
     // "bytes" here are multiply-adds, so the GB/s columns read as GMAC/s.
