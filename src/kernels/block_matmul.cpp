@@ -142,6 +142,95 @@ void decode_block32(WeightFormat f, const uint8_t* b, int k, int8_t* w, float* s
   }
 }
 
+// The integer scales of 32-element sub-block k of a 256-element block (per half; equal for
+// the formats with one scale per 32) and the block's d: sw = d * sc (block_matmul.h).
+void integer_scales32(WeightFormat f, const uint8_t* b, int k, int* sc, float* d) {
+  switch (f) {
+    case WeightFormat::Q2_K:
+      *d = f16_at(b + 80);
+      sc[0] = b[2 * k] & 0x0F;
+      sc[1] = b[2 * k + 1] & 0x0F;
+      return;
+    case WeightFormat::Q3_K: {
+      int8_t scales[16];
+      quant::ggml_q3_k_scales(b + 96, scales);
+      *d = f16_at(b + 108);
+      sc[0] = scales[2 * k];
+      sc[1] = scales[2 * k + 1];
+      return;
+    }
+    case WeightFormat::Q4_K:
+    case WeightFormat::Q5_K: {
+      uint8_t s, m;
+      quant::ggml_k_scale_min(k, b + 4, &s, &m);
+      *d = f16_at(b);
+      sc[0] = sc[1] = s;
+      return;
+    }
+    case WeightFormat::Q6_K: {
+      const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+      *d = f16_at(b + 208);
+      sc[0] = scales[2 * k];
+      sc[1] = scales[2 * k + 1];
+      return;
+    }
+    case WeightFormat::IQ4_XS:
+      *d = f16_at(b);
+      sc[0] = sc[1] = quant::ggml_iq4_xs_scale(b, k) - 32;
+      return;
+    default:
+      throw Error(std::string("block kernels: format ") + quant::format_name(f) + " has no integer sub-block scales");
+  }
+}
+
+// Sub-blocks of 32 per conversion group of the 256-element formats (block_matmul.h).
+constexpr int conversion_subs(WeightFormat f) {
+  return f == WeightFormat::Q6_K || f == WeightFormat::IQ4_XS ? 4 : 8;
+}
+
+// Scalar tile of the 256-element formats: per conversion group the exact integer
+// sum of sc * w * q, then one f32 product with d * dx; the min terms per half.
+template <WeightFormat F>
+void tile_scalar_k(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt,
+                   float* y, int64_t ldy) {
+  const auto& info = quant::format_info(F);
+  constexpr int kGroupSubs = conversion_subs(F);
+  for (int r = 0; r < nr; ++r) {
+    const auto* row = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
+    for (int i = 0; i < nt; ++i) {
+      const int8_t* q = a.q_of(t0 + i);
+      const int8_t* ql = a.q_lo != nullptr ? a.q_lo_of(t0 + i) : nullptr;
+      const float* dx = a.d_of(t0 + i);
+      const float* hs = a.half_sums_of(t0 + i);
+      float acc = 0.0f;
+      for (int64_t sb = 0; sb < a.K / 256; ++sb) {
+        const uint8_t* b = row + size_t(sb) * info.block_bytes;
+        float mins = 0.0f;
+        for (int g = 0; g < 8; g += kGroupSubs) {
+          int64_t isum = 0;
+          float d = 0.0f;
+          for (int k = g; k < g + kGroupSubs; ++k) {
+            const int64_t c = sb * 8 + k;
+            int8_t w[32];
+            float sw[2], mw[2];
+            int sc[2];
+            decode_block32(F, b, k, w, sw, mw);
+            integer_scales32(F, b, k, sc, &d);
+            for (int j = 0; j < 32; ++j) {
+              const int32_t qv = ql != nullptr ? 256 * q[c * 32 + j] + ql[c * 32 + j] : q[c * 32 + j];
+              isum += int64_t(sc[j / 16]) * w[j] * qv;
+            }
+            mins += mw[0] * hs[2 * c] + mw[1] * hs[2 * c + 1];
+          }
+          acc += (d * dx[sb * 8]) * float(isum);
+        }
+        acc += mins;
+      }
+      y[(t0 + i) * ldy + r] = acc;
+    }
+  }
+}
+
 // Scalar tile: the canonical sum, one row and token at a time, block order.
 template <WeightFormat F>
 void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockActivations& a, int64_t t0, int nt,
@@ -177,7 +266,11 @@ void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockAct
 
 template <WeightFormat F>
 constexpr BlockTileFn scalar_tile_of() {
-  return tile_scalar<F>;
+  if constexpr (quant::WeightFormat(F) == WeightFormat::Q2_K || F == WeightFormat::Q3_K || F == WeightFormat::Q4_K ||
+                F == WeightFormat::Q5_K || F == WeightFormat::Q6_K || F == WeightFormat::IQ4_XS)
+    return tile_scalar_k<F>;
+  else
+    return tile_scalar<F>;
 }
 
 }  // namespace
@@ -213,24 +306,41 @@ BlockTileFn block_tile_scalar(WeightFormat format) {
 
 }  // namespace detail
 
+int64_t activation_group(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::Q2_K:
+    case WeightFormat::Q3_K:
+    case WeightFormat::Q4_K:
+    case WeightFormat::Q5_K:
+    case WeightFormat::Q6_K:
+    case WeightFormat::IQ4_XS: return 256;
+    default: return 32;
+  }
+}
+
 void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
-                                int32_t* lane_sums, Isa isa) {
-  if (isa != Isa::Scalar) return detail::quantize_block_activations_avx2(x, K, q, d, half_sums, lane_sums);
-  for (int64_t c = 0; c < K / 32; ++c) {
-    const float* v = x + 32 * c;
+                                int32_t* lane_sums, Isa isa, int64_t group) {
+  if (group != 32 && group != 256) throw Error("block kernels: activation group " + std::to_string(group) + " is not 32 or 256");
+  if (K % group != 0)
+    throw Error("block kernels: " + std::to_string(K) + " columns are not whole groups of " + std::to_string(group));
+  if (isa != Isa::Scalar) return detail::quantize_block_activations_avx2(x, K, q, d, half_sums, lane_sums, group);
+  for (int64_t g = 0; g < K / group; ++g) {
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    for (int64_t j = g * group; j < (g + 1) * group; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float dx = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int8_t* qc = q + 32 * c;
-    for (int j = 0; j < 32; ++j) qc[j] = int8_t(std::nearbyint(v[j] * id));  // to nearest even
-    d[c] = dx;
-    for (int h = 0; h < 2; ++h) {
-      int32_t s = 0;
-      for (int j = 16 * h; j < 16 * h + 16; ++j) s += qc[j];
-      half_sums[2 * c + h] = dx * float(s);
+    for (int64_t c = g * (group / 32); c < (g + 1) * (group / 32); ++c) {
+      const float* v = x + 32 * c;
+      int8_t* qc = q + 32 * c;
+      for (int j = 0; j < 32; ++j) qc[j] = int8_t(std::nearbyint(v[j] * id));  // to nearest even
+      d[c] = dx;
+      for (int h = 0; h < 2; ++h) {
+        int32_t s = 0;
+        for (int j = 16 * h; j < 16 * h + 16; ++j) s += qc[j];
+        half_sums[2 * c + h] = dx * float(s);
+      }
+      for (int l = 0; l < 8; ++l) lane_sums[8 * c + l] = qc[4 * l] + qc[4 * l + 1] + qc[4 * l + 2] + qc[4 * l + 3];
     }
-    for (int l = 0; l < 8; ++l) lane_sums[8 * c + l] = qc[4 * l] + qc[4 * l + 1] + qc[4 * l + 2] + qc[4 * l + 3];
   }
 }
 
@@ -254,8 +364,11 @@ BlockActivationMode block_activations() {
 void set_block_activations(BlockActivationMode mode) { g_block_mode.store(int(mode), std::memory_order_relaxed); }
 
 const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t T, int64_t K, Isa isa,
-                                                        BlockActivationMode mode) {
+                                                        BlockActivationMode mode, int64_t group) {
   if (K % 32 != 0) throw Error("block kernels: " + std::to_string(K) + " columns are not whole 32-element blocks");
+  if (group != 32 && group != 256) throw Error("block kernels: activation group " + std::to_string(group) + " is not 32 or 256");
+  if (K % group != 0)
+    throw Error("block kernels: " + std::to_string(K) + " columns are not whole groups of " + std::to_string(group));
   const bool split = mode == BlockActivationMode::Int8x2;
   auto round64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t q_bytes = round64(size_t(T * K)), d_bytes = round64(size_t(T * (K / 32)) * 4),
@@ -266,6 +379,7 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
   auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage_.data()) + 63) & ~uintptr_t(63));
   acts_.K = K;
   acts_.T = T;
+  acts_.group = group;
   acts_.q = reinterpret_cast<int8_t*>(base);
   acts_.d = reinterpret_cast<float*>(base + q_bytes);
   acts_.half_sums = reinterpret_cast<float*>(base + q_bytes + d_bytes);
@@ -280,7 +394,7 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
     float* half = acts_.half_sums + t * (K / 16);
     int32_t* lanes = acts_.lane_sums + t * (K / 4);
     float* block = acts_.block_sums + t * (K / 32);
-    quantize_block_activations(v, K, q, d, half, lanes, isa);
+    quantize_block_activations(v, K, q, d, half, lanes, isa, group);
     if (split) {
       // The residual at the fixed scale d / 256, in f32 by this (baseline-compiled) code
       // whatever the ISA, so both planes are bit-identical on every ISA. Then d, the lane
@@ -396,6 +510,9 @@ constexpr int64_t kPrefillMinTokens = 4;
 // y = acts W^T with the activations already quantized.
 void block_matmul_quantized(const BlockActivations& acts, const quant::WeightMatrix& w, float* y, Isa isa) {
   const int64_t T = acts.T, N = w.rows;
+  if (acts.group != activation_group(w.format))
+    throw Error(std::string("block kernels: ") + quant::format_name(w.format) + " takes activations in groups of " +
+                std::to_string(activation_group(w.format)) + ", not " + std::to_string(acts.group));
   if (acts.q16 != nullptr && T >= kPrefillMinTokens) {
     const BlockPrefillFns fns = prefill_for(w.format, isa);
     if (fns.gemm != nullptr) return block_prefill(fns, acts, w, y);
@@ -430,7 +547,7 @@ void block_matmul_isa(const float* x, int64_t T, const quant::WeightMatrix& w, f
   check_block_format(w);
   if (T <= 0 || w.rows <= 0) return;
   thread_local BlockActivationBuffer buffer;
-  block_matmul_quantized(buffer.quantize(x, T, w.cols, isa, mode), w, y, isa);
+  block_matmul_quantized(buffer.quantize(x, T, w.cols, isa, mode, activation_group(w.format)), w, y, isa);
 }
 
 void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::WeightMatrix* const> ws,
@@ -446,19 +563,28 @@ void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::W
       throw Error("block kernels: matrices sharing an input have " + std::to_string(K) + " and " +
                   std::to_string(w->cols) + " columns");
   }
-  thread_local BlockActivationBuffer buffer;
-  const BlockActivations& acts = buffer.quantize(x, T, K, isa, mode);
+  // The activations once per scale group the formats need (32 and/or 256 columns).
+  thread_local BlockActivationBuffer buffer32, buffer256;
+  const BlockActivations* by_group[2] = {nullptr, nullptr};
+  auto acts_for = [&](const quant::WeightMatrix& w) -> const BlockActivations& {
+    const int64_t group = activation_group(w.format);
+    const int i = group == 256;
+    if (by_group[i] == nullptr) by_group[i] = &(i ? buffer256 : buffer32).quantize(x, T, K, isa, mode, group);
+    return *by_group[i];
+  };
   // One token: the row groups of all the matrices in one pool call (up to kMaxShared of them).
   constexpr size_t kMaxShared = 8;
   if (T > 1 || ws.size() > kMaxShared) {
-    for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts, *ws[i], ys[i], isa);
+    for (size_t i = 0; i < ws.size(); ++i) block_matmul_quantized(acts_for(*ws[i]), *ws[i], ys[i], isa);
     return;
   }
   int64_t first_group[kMaxShared + 1] = {0};
   BlockTileFn tiles[kMaxShared];
+  const BlockActivations* acts[kMaxShared];
   for (size_t i = 0; i < ws.size(); ++i) {
     first_group[i + 1] = first_group[i] + (ws[i]->rows + kBlockTileRows - 1) / kBlockTileRows;
     tiles[i] = tile_for(ws[i]->format, isa);
+    acts[i] = &acts_for(*ws[i]);
   }
   ThreadPool::global().parallel_for(first_group[ws.size()], [&](int64_t g0, int64_t g1) {
     size_t i = 0;
@@ -467,7 +593,7 @@ void block_matmul_shared_isa(const float* x, int64_t T, std::span<const quant::W
       const quant::WeightMatrix& w = *ws[i];
       const int64_t r0 = (g - first_group[i]) * kBlockTileRows;
       const int nr = int(std::min<int64_t>(kBlockTileRows, w.rows - r0));
-      tiles[i](static_cast<const std::byte*>(w.data) + size_t(r0) * w.row_bytes(), w.row_bytes(), nr, acts, 0, 1,
+      tiles[i](static_cast<const std::byte*>(w.data) + size_t(r0) * w.row_bytes(), w.row_bytes(), nr, *acts[i], 0, 1,
                ys[i] + r0, w.rows);
     }
   });

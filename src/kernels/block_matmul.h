@@ -12,12 +12,20 @@
 // with I[h] = sum of w[j] * q[j] over the half (an exact integer) and S[h] = dx * sum of q[j]
 // (precomputed per token). Only the f32 summation order differs between ISAs.
 //
+// The 256-element formats (K-quants, IQ4_XS) are multiplied the way their integer sub-block
+// scales allow (ggml's q8_K idea): their activations share one scale per 256 columns
+// (activation_group), each element is d * (sc[h] * w[j]) + mw[h] with sc an integer, and
+//   row · x = sum over blocks, conversion groups g of  (d * dx) * I[g] + sum over halves mw[h] * S[h]
+// with I[g] = sum of sc[h] * w[j] * q[j] over the group's elements (an exact int32: 256
+// elements for Q2_K-Q5_K, 128 for Q6_K and IQ4_XS, whose larger scale x weight products would
+// overflow over 256). One conversion to f32 per group instead of one per 32 elements.
+//
 // Formats (element values; see quant/ggml_blocks.h for the bytes):
 //   Q4_0 w = nibble - 8        Q4_1 w = nibble, mw = m      Q5_0 w = 5 bits - 16
 //   Q5_1 w = 5 bits, mw = m    Q8_0 w = q                   IQ4_NL w = kIq4nlValues[nibble]
-//   Q2_K w = 2 bits, sw = d*sc, mw = -dmin*m per 16         Q3_K w = 3 bits - 4, sw = d*(s-32) per 16
-//   Q4_K/Q5_K w = 4/5 bits, sw = d*sc, mw = -dmin*m per 32  Q6_K w = 6 bits - 32, sw = d*sc per 16
-//   IQ4_XS w = kIq4nlValues[nibble], sw = d*(ls-32) per 32
+//   Q2_K w = 2 bits, sc 4 bits, mw = -dmin*m per 16         Q3_K w = 3 bits - 4, sc = s - 32 per 16
+//   Q4_K/Q5_K w = 4/5 bits, sc 6 bits, mw = -dmin*m per 32  Q6_K w = 6 bits - 32, sc int8 per 16
+//   IQ4_XS w = kIq4nlValues[nibble], sc = ls - 32 per 32     (sw = d * sc where one scale is meant)
 #pragma once
 
 #include <cstddef>
@@ -40,6 +48,9 @@ namespace lumen::kernels {
 struct BlockActivations {
   int64_t K = 0;
   int64_t T = 0;
+  // Columns sharing one scale: 32, or 256 for the formats of activation_group(); d is still
+  // stored per 32 columns (equal within a group), so every kernel indexes it the same way.
+  int64_t group = 32;
   int8_t* q = nullptr;           // [T, K], 64-byte aligned rows
   int8_t* q_lo = nullptr;        // [T, K] split activations' low plane; null for single int8
   // [T, K] split activations: Q itself as int16, per 32-element block elements 4l, 4l + 1
@@ -80,17 +91,23 @@ class BlockActivationBuffer {
   // Quantizes x [T, K] (K a multiple of 32) with the given ISA's code, over the pool for T > 1.
   // Int8x2 fills q_lo as well (bit-identical on every ISA: the residual is formed by one
   // baseline-compiled piece of code).
+  // `group` columns share a scale (32 or 256; K a multiple of it).
   const BlockActivations& quantize(const float* x, int64_t T, int64_t K, Isa isa,
-                                   BlockActivationMode mode = BlockActivationMode::Int8);
+                                   BlockActivationMode mode = BlockActivationMode::Int8, int64_t group = 32);
 
  private:
   std::vector<std::byte> storage_;
   BlockActivations acts_;
 };
 
-// One token's row x[0..K) into q, d, half sums and lane sums (the layouts above, one token).
+// The activation scale group a weight format is multiplied with: 256 for the K-quants and
+// IQ4_XS (integer sub-block scales), 32 for the others.
+int64_t activation_group(quant::WeightFormat format);
+
+// One token's row x[0..K) into q, d, half sums and lane sums (the layouts above, one token),
+// one scale per `group` columns (32 or 256).
 void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
-                                int32_t* lane_sums, Isa isa);
+                                int32_t* lane_sums, Isa isa, int64_t group = 32);
 
 // The tile every ISA provides per format: rows [r0, r0 + nr) of the matrix (row-major ggml
 // blocks, row_bytes apart) against tokens [t0, t0 + nt) of the activations; y[t * ldy + r]
@@ -162,7 +179,7 @@ BlockPrefillFns block_prefill_avx2(quant::WeightFormat format);
 BlockPrefillFns block_prefill_avx512(quant::WeightFormat format);
 BlockPrefillFns block_prefill_avx512_emulated(quant::WeightFormat format);
 void quantize_block_activations_avx2(const float* x, int64_t K, int8_t* q, float* d, float* half_sums,
-                                     int32_t* lane_sums);
+                                     int32_t* lane_sums, int64_t group);
 }  // namespace detail
 
 }  // namespace lumen::kernels

@@ -145,19 +145,47 @@ struct Decoder<WeightFormat::IQ4_NL> {
 };
 
 // --- 256-element super-blocks: 8 sub-blocks of 32 ---------------------------------------
+//
+// These decoders give the block's d, its integer sub-block scales as int16 (sc, one per 16
+// elements: equal pairs for the formats with one scale per 32) and, for the formats with mins,
+// mw = -dmin * m; the weights are unsigned (Q2_K, Q4_K, Q5_K) or signed with any offset
+// removed (Q3_K, Q6_K, IQ4_XS). kGroupSubs: sub-blocks per conversion to f32 (block_matmul.h).
+// scale16(k): the int16 multipliers of sub-block k's 16 element pairs (lanes 0-7: elements
+// 0-15, lanes 8-15: elements 16-31). scales(k): d * sc as f32, for the decoding tests.
+
+// The formats with 8 scales keep them twice (sc[8 + j] = sc[j]), so one in-lane byte shuffle
+// spreads scale k over both halves.
+template <class C, int kScales>
+inline __m256i scale16_of(const C& c, int k) {
+  if constexpr (kScales == 8) {
+    const __m256i all = _mm256_load_si256(reinterpret_cast<const __m256i*>(c.sc));
+    return _mm256_shuffle_epi8(all, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * k)));
+  } else {
+    int32_t pair;
+    std::memcpy(&pair, c.sc + 2 * k, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_set1_epi32(pair), spread);
+  }
+}
 
 template <>
 struct Decoder<WeightFormat::Q2_K> {
-  static constexpr int kOffset = 0;
+  static constexpr int kOffset = 0, kGroupSubs = 8;
   static constexpr bool kSigned = false, kHasMin = true;
-  struct Ctx { float sw[16], mw[16]; };
+  struct Ctx {
+    alignas(32) int16_t sc[16];
+    float mw[16];
+    float d;
+  };
   static void prepare(const uint8_t* b, Ctx& c) {
-    const __m256 d = _mm256_set1_ps(f16(b + 80)), dmin = _mm256_set1_ps(f16(b + 82)), neg = _mm256_set1_ps(-0.0f);
+    c.d = f16(b + 80);
+    const __m256 dmin = _mm256_set1_ps(f16(b + 82)), neg = _mm256_set1_ps(-0.0f);
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
     const __m128i lo = _mm_and_si128(s, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0F));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.sc), _mm256_cvtepu8_epi16(lo));
     for (int h = 0; h < 2; ++h) {
-      const __m128i l = h ? _mm_srli_si128(lo, 8) : lo, m = h ? _mm_srli_si128(hi, 8) : hi;
-      _mm256_storeu_ps(c.sw + 8 * h, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(l))));
+      const __m128i m = h ? _mm_srli_si128(hi, 8) : hi;
       _mm256_storeu_ps(c.mw + 8 * h, _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))), neg));
     }
   }
@@ -165,7 +193,8 @@ struct Decoder<WeightFormat::Q2_K> {
     const __m256i q = load256(b + 16 + 32 * (k / 4));
     return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
   }
-  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 16>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.d * float(c.sc[2 * k]), c.d * float(c.sc[2 * k + 1])); }
   static float min_half(const Ctx& c, int k, int h) { return c.mw[2 * k + h]; }
   static void add_mins(const Ctx& c, const float* hs, const float*, __m256& acc) {
     acc = _mm256_fmadd_ps(_mm256_loadu_ps(c.mw), _mm256_loadu_ps(hs), acc);
@@ -175,9 +204,12 @@ struct Decoder<WeightFormat::Q2_K> {
 
 template <>
 struct Decoder<WeightFormat::Q3_K> {
-  static constexpr int kOffset = 4;
-  static constexpr bool kSigned = false, kHasMin = false;
-  struct Ctx { float sw[16]; };
+  static constexpr int kOffset = 0, kGroupSubs = 8;
+  static constexpr bool kSigned = true, kHasMin = false;
+  struct Ctx {
+    alignas(32) int16_t sc[16];
+    float d;
+  };
   static void prepare(const uint8_t* b, Ctx& c) {
     // ggml_q3_k_scales in SIMD: low 4 bits of value j from byte j % 8 (low nibble for j < 8),
     // high 2 bits from byte 8 + j % 4 shifted by 2 * (j / 4); then - 32.
@@ -189,39 +221,41 @@ struct Decoder<WeightFormat::Q3_K> {
     std::memcpy(&h4, p + 8, 4);
     const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(int(h4)), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
     const __m128i sv = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
-    const __m256 d = _mm256_set1_ps(f16(b + 108));
-    _mm256_storeu_ps(c.sw, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sv))));
-    _mm256_storeu_ps(c.sw + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sv, 8)))));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.sc), _mm256_cvtepi8_epi16(sv));
+    c.d = f16(b + 108);
   }
   static __m256i weights(const uint8_t* b, const Ctx&, int k) {
     const __m256i q = load256(b + 32 + 32 * (k / 4));
     const __m256i low = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
     const __m256i m = _mm256_set1_epi8(char(1 << k));
     const __m256i hbit = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b), m), m);
-    return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(4)));
+    return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(4))), _mm256_set1_epi8(4));
   }
-  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 16>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.d * float(c.sc[2 * k]), c.d * float(c.sc[2 * k + 1])); }
   static float min_half(const Ctx&, int, int) { return 0.0f; }
   static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 // Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (ggml's get_scale_min_k4).
 struct KScalesMins {
-  float sw[8], mw[8];
+  alignas(32) int16_t sc[16];  // 8 scales, twice
+  float mw[8];
+  float d;
   void load(const uint8_t* b) {
     // The 12 bytes hold scales j < 4 in the low 6 bits of bytes j, mins in bytes j + 4; for
     // j >= 4 the low and high nibbles of bytes j + 4 plus the top 2 bits of bytes j - 4 and j:
-    // unpacked four at a time in 32-bit words, then converted and scaled 8 lanes at once (the
-    // same f32 products as element by element).
+    // unpacked four at a time in 32-bit words.
     uint32_t u[3];
     std::memcpy(u, b + 4, 12);
     const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
     const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
     const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc),
+                       _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo)))));
     const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(m_hi), int(m_lo))));
-    _mm256_storeu_ps(sw, _mm256_mul_ps(_mm256_set1_ps(f16(b)), sc));
     _mm256_storeu_ps(mw, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), m), _mm256_set1_ps(-0.0f)));
+    d = f16(b);
   }
   void add_mins(const float* s32, __m256& acc) const {
     acc = _mm256_fmadd_ps(_mm256_loadu_ps(mw), _mm256_loadu_ps(s32), acc);
@@ -230,7 +264,7 @@ struct KScalesMins {
 
 template <>
 struct Decoder<WeightFormat::Q4_K> {
-  static constexpr int kOffset = 0;
+  static constexpr int kOffset = 0, kGroupSubs = 8;
   static constexpr bool kSigned = false, kHasMin = true;
   using Ctx = KScalesMins;
   static void prepare(const uint8_t* b, Ctx& c) { c.load(b); }
@@ -238,14 +272,15 @@ struct Decoder<WeightFormat::Q4_K> {
     const __m256i q = load256(b + 16 + 32 * (k / 2));
     return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
   }
-  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 8>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.d * float(c.sc[k])); }
   static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
   static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
 };
 
 template <>
 struct Decoder<WeightFormat::Q5_K> {
-  static constexpr int kOffset = 0;
+  static constexpr int kOffset = 0, kGroupSubs = 8;
   static constexpr bool kSigned = false, kHasMin = true;
   using Ctx = KScalesMins;
   static void prepare(const uint8_t* b, Ctx& c) { c.load(b); }
@@ -256,21 +291,24 @@ struct Decoder<WeightFormat::Q5_K> {
     const __m256i hbit = _mm256_cmpeq_epi8(_mm256_and_si256(load256(b + 16), m), m);
     return _mm256_or_si256(low, _mm256_and_si256(hbit, _mm256_set1_epi8(0x10)));
   }
-  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 8>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.d * float(c.sc[k])); }
   static float min_half(const Ctx& c, int k, int) { return c.mw[k]; }
   static void add_mins(const Ctx& c, const float*, const float* s32, __m256& acc) { c.add_mins(s32, acc); }
 };
 
 template <>
 struct Decoder<WeightFormat::Q6_K> {
-  static constexpr int kOffset = 32;
-  static constexpr bool kSigned = false, kHasMin = false;
-  struct Ctx { float sw[16]; };
+  static constexpr int kOffset = 0, kGroupSubs = 4;
+  static constexpr bool kSigned = true, kHasMin = false;
+  struct Ctx {
+    alignas(32) int16_t sc[16];
+    float d;
+  };
   static void prepare(const uint8_t* b, Ctx& c) {
-    const __m256 d = _mm256_set1_ps(f16(b + 208));
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-    _mm256_storeu_ps(c.sw, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s))));
-    _mm256_storeu_ps(c.sw + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8)))));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.sc), _mm256_cvtepi8_epi16(s));
+    c.d = f16(b + 208);
   }
   static __m256i weights(const uint8_t* b, const Ctx&, int k) {
     const int n = k / 4, s = k % 4;
@@ -278,18 +316,22 @@ struct Decoder<WeightFormat::Q6_K> {
     const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
     const __m256i qh = load256(b + 128 + 32 * n);
     const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
-    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
   }
-  static __m256 scales(const Ctx& c, int k) { return halves(c.sw[2 * k], c.sw[2 * k + 1]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 16>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return halves(c.d * float(c.sc[2 * k]), c.d * float(c.sc[2 * k + 1])); }
   static float min_half(const Ctx&, int, int) { return 0.0f; }
   static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
 
 template <>
 struct Decoder<WeightFormat::IQ4_XS> {
-  static constexpr int kOffset = 0;
+  static constexpr int kOffset = 0, kGroupSubs = 4;
   static constexpr bool kSigned = true, kHasMin = false;
-  struct Ctx { float sw[8]; };
+  struct Ctx {
+    alignas(32) int16_t sc[16];  // 8 scales, twice
+    float d;
+  };
   static void prepare(const uint8_t* b, Ctx& c) {
     // ggml_iq4_xs_scale for j = 0..7 at once: nibble j of bytes 4..7 (low nibble first) and
     // bits 2j, 2j + 1 of the 16-bit word at byte 2, less 32.
@@ -301,10 +343,13 @@ struct Decoder<WeightFormat::IQ4_XS> {
     const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
                                           _mm256_set1_epi32(3));
     const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
-    _mm256_storeu_ps(c.sw, _mm256_mul_ps(_mm256_set1_ps(f16(b)), _mm256_cvtepi32_ps(ls)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c.sc), _mm256_broadcastsi128_si256(_mm_packs_epi32(
+                                                             _mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1))));
+    c.d = f16(b);
   }
   static __m256i weights(const uint8_t* b, const Ctx&, int k) { return iq4_lookup(nibbles32(b + 8 + 16 * k)); }
-  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.sw[k]); }
+  static __m256i scale16(const Ctx& c, int k) { return scale16_of<Ctx, 8>(c, k); }
+  static __m256 scales(const Ctx& c, int k) { return _mm256_set1_ps(c.d * float(c.sc[k])); }
   static float min_half(const Ctx&, int, int) { return 0.0f; }
   static void add_mins(const Ctx&, const float*, const float*, __m256&) {}
 };
@@ -445,6 +490,105 @@ constexpr BlockGeometry geometry(WeightFormat f) {
 // and no prefetch, 29 GB/s like this). A prefetch past the matrix's end is harmless.
 constexpr size_t kDecodePrefetchRows = 8;
 
+// Sign trick for the signed formats: |w| as vpmaddubsw's unsigned operand, the activations
+// take w's sign (AVX2's only signed x signed int8 product).
+template <class D>
+inline __m256i activation_for(__m256i x, __m256i w) {
+  if constexpr (D::kSigned) return _mm256_sign_epi8(x, w);
+  else return x;
+}
+
+// The 256-element formats (integer sub-block scales, block_matmul.h). Per (row, token) two
+// int32 accumulators, hi and lo planes, each sub-block adding vpmaddwd(vpmaddubsw(w, q), sc);
+// at the end of a conversion group I = 256 * hi + lo (exact: the bounds in block_matmul.h),
+// one conversion and one multiply-add by d * dx, then the min terms after the block. The f32
+// operations and the integers per lane are the prefill kernels' own (kgemm16_fixed).
+template <WeightFormat F, int R, int NT, bool kPair>
+void ktile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                 int64_t ldy) {
+  using D = Decoder<F>;
+  constexpr BlockGeometry kGeom = geometry(F);
+  static_assert(kGeom.sub == 8);
+  const int64_t blocks = a.K / 256;
+  const uint8_t* row[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) row[r] = reinterpret_cast<const uint8_t*>(rows + size_t(r) * row_bytes);
+  const int8_t* q[NT];
+  const int8_t* ql[NT];
+  const float* dx[NT];
+  const float* hs[NT];
+  const float* s32[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q_of(t0 + t);
+    ql[t] = kPair ? a.q_lo_of(t0 + t) : nullptr;
+    dx[t] = a.d_of(t0 + t);
+    hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
+  }
+  __m256 acc[R][NT];
+  zero_accumulators(acc);
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    typename D::Ctx ctx[R];
+    const uint8_t* blk[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      blk[r] = row[r] + size_t(sb) * kGeom.bytes;
+      if constexpr (NT == 1) {  // every cache line of the block (a 256-block spans 2 to 4)
+        const char* ahead = reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes);
+        #pragma GCC unroll 4
+        for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+      }
+      D::prepare(blk[r], ctx[r]);
+    }
+    __m256i ih[R][NT], il[R][NT];
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      if (k % D::kGroupSubs == 0) {
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          #pragma GCC unroll 8
+          for (int t = 0; t < NT; ++t) ih[r][t] = il[r][t] = _mm256_setzero_si256();
+      }
+      const int64_t c = sb * 8 + k;
+      __m256i xh[NT], xl[NT];
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        xh[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
+        if constexpr (kPair) xl[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql[t] + 32 * c));
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i w = D::weights(blk[r], ctx[r], k);
+        const __m256i u = D::kSigned ? _mm256_sign_epi8(w, w) : w;
+        const __m256i sc = D::scale16(ctx[r], k);
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          ih[r][t] = _mm256_add_epi32(ih[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, activation_for<D>(xh[t], w)), sc));
+          if constexpr (kPair)
+            il[r][t] = _mm256_add_epi32(il[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, activation_for<D>(xl[t], w)), sc));
+        }
+      }
+      if (k % D::kGroupSubs == D::kGroupSubs - 1) {
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          #pragma GCC unroll 8
+          for (int t = 0; t < NT; ++t) {
+            const __m256i isum = kPair ? _mm256_add_epi32(_mm256_slli_epi32(ih[r][t], 8), il[r][t]) : ih[r][t];
+            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ctx[r].d * dx[t][sb * 8]), acc[r][t]);
+          }
+      }
+    }
+    if constexpr (D::kHasMin) {
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) D::add_mins(ctx[r], hs[t] + 16 * sb, s32[t] + 8 * sb, acc[r][t]);
+    }
+  }
+  write_outputs(acc, t0, y, ldy);
+}
+
 // R rows x NT tokens. kPair: split activations (a.q_lo set), each token's integer dot is
 // 256 * hi + lo. Per 32-element sub-block the tokens' activations are loaded once, then each
 // row is decoded and meets every token: R * NT accumulators, NT (or 2 NT) activation
@@ -452,8 +596,8 @@ constexpr size_t kDecodePrefetchRows = 8;
 // Each (row, token) accumulator sees the same operations in the same order whatever R and NT
 // are, so a token's outputs do not depend on the tile shape (or the batch).
 template <WeightFormat F, int R, int NT, bool kPair>
-void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
-                int64_t ldy) {
+void tile32_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                  int64_t ldy) {
   using D = Decoder<F>;
   constexpr BlockGeometry kGeom = geometry(F);
   constexpr int kSub = kGeom.sub;
@@ -480,14 +624,9 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
   __m256 acc[R][NT];
   zero_accumulators(acc);
 
-  // One token and 256-element blocks: the products of the block's sub-block (or half) scales
-  // with the token's 32-column scales are formed 8 at a time per block (the same f32 products
-  // the per-sub-block multiply gives, so the outputs do not change).
-  constexpr bool kPrescale = NT == 1 && kSub == 8;
   for (int64_t sb = 0; sb < blocks; ++sb) {
     typename D::Ctx ctx[R];
     const uint8_t* blk[R];
-    [[maybe_unused]] alignas(32) float sd[R][16];
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       blk[r] = row[r] + size_t(sb) * kGeom.bytes;
@@ -497,18 +636,6 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
         for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
       }
       D::prepare(blk[r], ctx[r]);
-      if constexpr (kPrescale) {
-        const __m256 d8 = _mm256_loadu_ps(dx[0] + sb * kSub);
-        if constexpr (sizeof(ctx[r].sw) == 16 * sizeof(float)) {  // a scale per 16 elements
-          const __m256 lo = _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
-          const __m256 hi = _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
-          _mm256_store_ps(sd[r], _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw), lo));
-          _mm256_store_ps(sd[r] + 8, _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw + 8), hi));
-        } else {
-          static_assert(sizeof(ctx[r].sw) == 8 * sizeof(float));
-          _mm256_store_ps(sd[r], _mm256_mul_ps(_mm256_loadu_ps(ctx[r].sw), d8));
-        }
-      }
     }
     #pragma GCC unroll 8
     for (int k = 0; k < kSub; ++k) {
@@ -529,15 +656,6 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const RowWeights<D> rw = prepare_row<D>(D::weights(blk[r], ctx[r], k));
-        if constexpr (kPrescale) {
-          const __m256 scale = sizeof(ctx[r].sw) == 16 * sizeof(float) ? halves(sd[r][2 * k], sd[r][2 * k + 1])
-                                                                       : _mm256_set1_ps(sd[r][k]);
-          __m256i isum;
-          if constexpr (kPair) isum = int_dot_pair<D>(rw, xh[0], xl[0], corr[0]);
-          else isum = int_dot<D>(rw, xh[0], corr[0]);
-          acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r][0]);
-          continue;
-        }
         const __m256 sw = D::scales(ctx[r], k);
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
@@ -556,6 +674,13 @@ void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations&
     }
   }
   write_outputs(acc, t0, y, ldy);
+}
+
+template <WeightFormat F, int R, int NT, bool kPair>
+void tile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                int64_t ldy) {
+  if constexpr (geometry(F).sub == 8) ktile_fixed<F, R, NT, kPair>(rows, row_bytes, a, t0, y, ldy);
+  else tile32_fixed<F, R, NT, kPair>(rows, row_bytes, a, t0, y, ldy);
 }
 
 // Tokens [t0, t0 + nt) in sub-tiles of kTokens, then 2, then 1.
@@ -632,16 +757,92 @@ void decode_rows16(const std::byte* rows, size_t row_bytes, int nr, int64_t K, s
                                                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
         v = _mm256_shuffle_epi8(v, order);
         auto* w = reinterpret_cast<__m256i*>(o + L::kCtxBytes + size_t(k) * 64);
-        _mm256_store_si256(w, _mm256_srai_epi16(_mm256_unpacklo_epi8(v, v), 8));
-        _mm256_store_si256(w + 1, _mm256_srai_epi16(_mm256_unpackhi_epi8(v, v), 8));
+        __m256i w0 = _mm256_srai_epi16(_mm256_unpacklo_epi8(v, v), 8), w1 = _mm256_srai_epi16(_mm256_unpackhi_epi8(v, v), 8);
+        if constexpr (L::kSub == 8) {  // the integer sub-block scales folded in: sc * w, |sc * w| <= 4096
+          // Lanes 0-7 of each vector hold elements of the sub-block's first 16, lanes 8-15 its last 16.
+          const __m256i sc = D::scale16(*ctx, k);
+          w0 = _mm256_mullo_epi16(w0, sc);
+          w1 = _mm256_mullo_epi16(w1, sc);
+        }
+        _mm256_store_si256(w, w0);
+        _mm256_store_si256(w + 1, w1);
       }
     }
   }
 }
 
+// The 256-element formats: the rows hold sc * w, so a conversion group's products meet in one
+// int32 accumulator per (row, token): two vpmaddwd and two adds per 32 elements, then
+// ktile_fixed's f32 operations (bit-identical: the same integers per lane).
+template <WeightFormat F, int R, int NT>
+void kgemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                   int64_t ldy) {
+  using D = Decoder<F>;
+  using L = Decoded16<F>;
+  const int64_t blocks = a.K / 256;
+  const int16_t* q[NT];
+  const float* dx[NT];
+  const float* hs[NT];
+  const float* s32[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q16_of(t0 + t);
+    dx[t] = a.d_of(t0 + t);
+    hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
+  }
+  __m256 acc[R][NT];
+  zero_accumulators(acc);
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    const std::byte* blk[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) blk[r] = dec + size_t(r) * dec_row_bytes + size_t(sb) * L::kBlockBytes;
+    #pragma GCC unroll 2
+    for (int g = 0; g < 8; g += D::kGroupSubs) {
+      __m256i isum[R][NT];
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) isum[r][t] = _mm256_setzero_si256();
+      // Not unrolled: unrolled, GCC reassociates the integer sums and spills the products.
+      #pragma GCC unroll 1
+      for (int k = g; k < g + D::kGroupSubs; ++k) {
+        const int64_t c = sb * 8 + k;
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          const __m256i xa = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
+          const __m256i xb = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16));
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const auto* w = reinterpret_cast<const __m256i*>(blk[r] + L::kCtxBytes + size_t(k) * 64);
+            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_load_si256(w), xa));
+            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_load_si256(w + 1), xb));
+          }
+        }
+      }
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const float d = reinterpret_cast<const typename D::Ctx*>(blk[r])->d;
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * dx[t][sb * 8]), acc[r][t]);
+      }
+    }
+    if constexpr (D::kHasMin) {
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+          D::add_mins(*reinterpret_cast<const typename D::Ctx*>(blk[r]), hs[t] + 16 * sb, s32[t] + 8 * sb, acc[r][t]);
+    }
+  }
+  write_outputs(acc, t0, y, ldy);
+}
+
 template <WeightFormat F, int R, int NT>
 void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
                   int64_t ldy) {
+  if constexpr (geometry(F).sub == 8) return kgemm16_fixed<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
   using D = Decoder<F>;
   using L = Decoded16<F>;
   const int64_t blocks = a.K / (32 * L::kSub);

@@ -60,14 +60,23 @@ std::string name_of(WeightFormat f) { return quant::format_name(f); }
 }  // namespace
 
 TEST(BlockKernels, ActivationQuantizationIsBitIdenticalOnEveryIsa) {
-  for (int64_t K : {32, 96, 288, 1024}) {
+  for (int64_t group : {32, 256})
+  for (int64_t K : {32, 96, 256, 288, 1024}) {
+    if (K % group != 0) continue;
     const auto x = activations(K, uint32_t(K));
     std::vector<int8_t> q0(static_cast<size_t>(K)), q1(static_cast<size_t>(K));
     std::vector<float> d0(static_cast<size_t>(K / 32)), d1(d0.size()), h0(static_cast<size_t>(K / 16)), h1(h0.size());
     std::vector<int32_t> l0(static_cast<size_t>(K / 4)), l1(l0.size());
-    kernels::quantize_block_activations(x.data(), K, q0.data(), d0.data(), h0.data(), l0.data(), kernels::Isa::Scalar);
-    // The scalar reference itself: |x - d q| <= d / 2 and the sums are the sums of q.
+    kernels::quantize_block_activations(x.data(), K, q0.data(), d0.data(), h0.data(), l0.data(), kernels::Isa::Scalar,
+                                        group);
+    // The scalar reference itself: one scale per group, the group's largest |x| at 127,
+    // |x - d q| <= d / 2, and the sums are the sums of q.
     for (int64_t c = 0; c < K / 32; ++c) {
+      const int64_t g0 = c / (group / 32) * group;
+      EXPECT_EQ(d0[size_t(c)], d0[size_t(g0 / 32)]) << "group " << group << " block " << c;
+      float amax = 0.0f;
+      for (int64_t j = g0; j < g0 + group; ++j) amax = std::max(amax, std::fabs(x[size_t(j)]));
+      EXPECT_EQ(d0[size_t(c)], amax / 127.0f);
       int32_t s = 0;
       for (int j = 0; j < 32; ++j) {
         const float v = x[size_t(32 * c + j)];
@@ -77,13 +86,17 @@ TEST(BlockKernels, ActivationQuantizationIsBitIdenticalOnEveryIsa) {
       EXPECT_NEAR(h0[size_t(2 * c)] + h0[size_t(2 * c + 1)], d0[size_t(c)] * float(s), 1e-6f * d0[size_t(c)] * 512);
     }
     for (auto isa : simd_isas()) {
-      kernels::quantize_block_activations(x.data(), K, q1.data(), d1.data(), h1.data(), l1.data(), isa);
-      EXPECT_EQ(q0, q1) << kernels::isa_name(isa) << " K " << K;
+      kernels::quantize_block_activations(x.data(), K, q1.data(), d1.data(), h1.data(), l1.data(), isa, group);
+      EXPECT_EQ(q0, q1) << kernels::isa_name(isa) << " K " << K << " group " << group;
       EXPECT_EQ(std::memcmp(d0.data(), d1.data(), d0.size() * 4), 0) << kernels::isa_name(isa);
       EXPECT_EQ(std::memcmp(h0.data(), h1.data(), h0.size() * 4), 0) << kernels::isa_name(isa);
       EXPECT_EQ(l0, l1) << kernels::isa_name(isa);
     }
   }
+  std::vector<float> x(64);
+  kernels::BlockActivationBuffer buf;
+  EXPECT_THROW(buf.quantize(x.data(), 1, 64, kernels::Isa::Scalar, kernels::BlockActivationMode::Int8x2, 256), Error);
+  EXPECT_THROW(buf.quantize(x.data(), 1, 64, kernels::Isa::Scalar, kernels::BlockActivationMode::Int8x2, 64), Error);
 }
 
 // The canonical integers (w, sw, mw) reproduce ggml's dequantization: sw * w + mw == the
@@ -136,7 +149,7 @@ TEST(BlockKernels, ScalarReferenceIsTheDequantizedProduct) {
       std::vector<float> y(static_cast<size_t>(T * rows));
       kernels::block_matmul_isa(x.data(), T, m.w, y.data(), kernels::Isa::Scalar, mode);
       kernels::BlockActivationBuffer buf;
-      const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode);
+      const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode, kernels::activation_group(f));
       std::vector<float> row(static_cast<size_t>(cols));
       for (int64_t r = 0; r < rows; ++r) {
         quant::dequantize_row(m.w, r, row.data());
@@ -245,6 +258,46 @@ TEST(BlockKernels, SharedInputCallEqualsOneCallPerMatrix) {
                Error);
 }
 
+// The 256-element formats' integer sums at their bounds (block_matmul.h): the largest scale x
+// weight products every element, against the largest activations (Q = 256 * 127 for every
+// column), in each 256- or 128-element group. Every ISA, decode and prefill, must give the
+// exact product: an int32 that wrapped would be off by 2^32 in some lane.
+TEST(BlockKernels, IntegerSumsOfTheKQuantsHoldAtTheirBounds) {
+  struct Extreme { WeightFormat f; std::vector<std::pair<size_t, uint8_t>> bytes; uint8_t fill; };
+  // d (f16 1/1024 = 0x1400) at its offset; everything else from `fill`.
+  const Extreme cases[] = {
+      {WeightFormat::Q4_K, {{0, 0x00}, {1, 0x14}, {2, 0x00}, {3, 0x00}}, 0xFF},   // sc 63, m 63 (dmin 0), q 15
+      {WeightFormat::Q5_K, {{0, 0x00}, {1, 0x14}, {2, 0x00}, {3, 0x00}}, 0xFF},   // q 31
+      {WeightFormat::Q2_K, {{80, 0x00}, {81, 0x14}, {82, 0x00}, {83, 0x00}}, 0xFF},
+      {WeightFormat::Q6_K, {{208, 0x00}, {209, 0x14}}, 0x00},                    // w -32, then scales -128
+      {WeightFormat::IQ4_XS, {{0, 0x00}, {1, 0x14}}, 0x00},                      // ls - 32 = -32, value -127
+      {WeightFormat::Q3_K, {{108, 0x00}, {109, 0x14}}, 0x00},                    // s - 32 = -32, w -4
+  };
+  for (const Extreme& e : cases) {
+    const auto& info = quant::format_info(e.f);
+    const int64_t rows = 5, cols = 512, T = 6;
+    std::vector<uint8_t> bytes(size_t(rows * cols / info.block_elems) * info.block_bytes, e.fill);
+    for (size_t b = 0; b < bytes.size() / info.block_bytes; ++b) {
+      for (auto [off, v] : e.bytes) bytes[b * info.block_bytes + off] = v;
+      if (e.f == WeightFormat::Q6_K) std::memset(&bytes[b * info.block_bytes + 192], 0x80, 16);
+    }
+    const quant::WeightMatrix w{e.f, rows, cols, bytes.data()};
+    std::vector<float> x(size_t(T * cols), 1.0f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    quant::dequantize_row(w, 0, row.data());
+    double want = 0.0;  // x = 1 is exactly 127 * (1 / 127) ... up to f32: compare relatively
+    for (float v : row) want += double(v);
+    for (auto isa : lumen::test_support::all_isas()) {
+      std::vector<float> y(size_t(T * rows));
+      kernels::block_matmul_isa(x.data(), T, w, y.data(), isa, kernels::BlockActivationMode::Int8x2);
+      for (float v : y) ASSERT_NEAR(v, want, 1e-5 * std::fabs(want)) << name_of(e.f) << " on " << kernels::isa_name(isa);
+      kernels::block_matmul_isa(x.data(), 1, w, y.data(), isa, kernels::BlockActivationMode::Int8x2);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(y[size_t(r)], want, 1e-5 * std::fabs(want)) << name_of(e.f) << " decode on " << kernels::isa_name(isa);
+    }
+  }
+}
+
 #ifdef LUMEN_TEST_SIMDE_AVX512
 // The AVX-512 tiles' own source (VNNI through SIMDe) against the scalar tiles, on machines
 // without AVX-512 (with it, EveryIsaMatchesTheScalarReferenceOnOddSizes runs them natively).
@@ -259,7 +312,7 @@ TEST(BlockKernels, EmulatedAvx512TilesMatchTheScalarReference) {
         const auto x = activations(T * cols, uint32_t(T));
         for (auto mode : {kernels::BlockActivationMode::Int8, kernels::BlockActivationMode::Int8x2}) {
         kernels::BlockActivationBuffer buf;
-        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode);
+        const auto& a = buf.quantize(x.data(), T, cols, kernels::Isa::Scalar, mode, kernels::activation_group(f));
         std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), std::nanf(""));
         const size_t rb = m.w.row_bytes();
         const auto* base = reinterpret_cast<const std::byte*>(m.bytes.data());
