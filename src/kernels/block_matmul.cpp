@@ -2,6 +2,10 @@
 // quantizer, the format table and the threaded driver (decode and prefill tiling).
 #include "kernels/block_matmul.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -346,6 +350,40 @@ void quantize_block_activations(const float* x, int64_t K, int8_t* q, float* d, 
 
 namespace {
 std::atomic<int> g_block_mode{-1};  // -1: not read from the environment yet
+
+// The low plane of 32 split activations: lo = round-to-nearest-even((v - q dh) / dl), clamped
+// to +-127 (0 where dl is 0). This file is compiled for the baseline ISA, so every ISA gets
+// these bytes from the same instructions; SSE2 (the x86-64 baseline) does 4 at a time what
+// the scalar loop does one by one (its conversion rounds to nearest even, as nearbyint).
+void residual_lo32(const float* v, const int8_t* q, float dh, float dl, int8_t* lo) {
+  if (dl == 0.0f) {
+    std::memset(lo, 0, 32);
+    return;
+  }
+#ifdef __SSE2__
+  const __m128 dhv = _mm_set1_ps(dh), dlv = _mm_set1_ps(dl);
+  for (int half = 0; half < 2; ++half) {
+    const __m128i qb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * half));
+    const __m128i q16[2] = {_mm_srai_epi16(_mm_unpacklo_epi8(qb, qb), 8), _mm_srai_epi16(_mm_unpackhi_epi8(qb, qb), 8)};
+    __m128i l16[2];
+    for (int i = 0; i < 2; ++i) {
+      __m128i l32[2];
+      for (int j = 0; j < 2; ++j) {
+        const __m128i qi = _mm_srai_epi32(j ? _mm_unpackhi_epi16(q16[i], q16[i]) : _mm_unpacklo_epi16(q16[i], q16[i]), 16);
+        const __m128 r = _mm_sub_ps(_mm_loadu_ps(v + 16 * half + 8 * i + 4 * j), _mm_mul_ps(_mm_cvtepi32_ps(qi), dhv));
+        l32[j] = _mm_cvtps_epi32(_mm_div_ps(r, dlv));
+      }
+      l16[i] = _mm_max_epi16(_mm_min_epi16(_mm_packs_epi32(l32[0], l32[1]), _mm_set1_epi16(127)), _mm_set1_epi16(-127));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16 * half), _mm_packs_epi16(l16[0], l16[1]));
+  }
+#else
+  for (int j = 0; j < 32; ++j) {
+    const float l = std::nearbyint((v[j] - float(q[j]) * dh) / dl);
+    lo[j] = int8_t(std::clamp(l, -127.0f, 127.0f));
+  }
+#endif
+}
 }  // namespace
 
 BlockActivationMode block_activations() {
@@ -402,11 +440,7 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
       int8_t* lo = acts_.q_lo + t * K;
       for (int64_t c = 0; c < K / 32; ++c) {
         const float dh = d[c], dl = dh / 256.0f;
-        for (int64_t j = 32 * c; j < 32 * c + 32; ++j) {
-          const float r = v[j] - float(q[j]) * dh;
-          const float l = dl != 0.0f ? std::nearbyint(r / dl) : 0.0f;
-          lo[j] = int8_t(std::clamp(l, -127.0f, 127.0f));
-        }
+        residual_lo32(v + 32 * c, q + 32 * c, dh, dl, lo + 32 * c);
         // Q as int16 in the prefill kernels' order: elements 4l, 4l + 1, then 4l + 2, 4l + 3.
         int16_t* q16 = acts_.q16 + t * K + 32 * c;
         for (int j = 0; j < 32; ++j) {

@@ -808,16 +808,22 @@ void kgemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActiva
       #pragma GCC unroll 1
       for (int k = g; k < g + D::kGroupSubs; ++k) {
         const int64_t c = sb * 8 + k;
+        // The rows' weights in registers, each token's activations loaded once: R * 2 + 2 NT
+        // loads per 2 R NT multiply-adds (the loads, not the multiplies, bound this loop else).
+        __m256i wa[R], wb[R];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const auto* w = reinterpret_cast<const __m256i*>(blk[r] + L::kCtxBytes + size_t(k) * 64);
+          wa[r] = _mm256_load_si256(w);
+          wb[r] = _mm256_load_si256(w + 1);
+        }
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           const __m256i xa = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c));
           const __m256i xb = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16));
           #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const auto* w = reinterpret_cast<const __m256i*>(blk[r] + L::kCtxBytes + size_t(k) * 64);
-            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_load_si256(w), xa));
-            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_load_si256(w + 1), xb));
-          }
+          for (int r = 0; r < R; ++r)
+            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(_mm256_madd_epi16(wa[r], xa), _mm256_madd_epi16(wb[r], xb)));
         }
       }
       #pragma GCC unroll 8
