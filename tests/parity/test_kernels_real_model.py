@@ -102,3 +102,21 @@ def test_readme_question_same_greedy_text(model_file):
     exact, fast = answer("--exact"), answer()
     assert "Paris" in exact
     assert fast == exact
+
+
+def test_activations_flag(model_file):
+    """`lumen --activations int8|int8x2`: int8x2 is the default's logits bit for bit, int8 differs
+    (and stays close); a bad value is a one-line error."""
+    ids = [2, 818, 5279, 529, 7001, 563, 2, 9]
+    default = _logits(model_file, ids, "act-default")
+    split = _logits(model_file, ids, "act-int8x2", "--activations", "int8x2")
+    single = _logits(model_file, ids, "act-int8", "--activations", "int8")
+    assert np.array_equal(default, split)
+    assert not np.array_equal(default, single)
+    kl = (np.exp(_log_softmax(default)) * (_log_softmax(default) - _log_softmax(single))).sum(axis=-1)
+    assert kl.mean() < 0.05, f"int8 activations: mean KL {kl.mean():.4g}"
+    cp = run_lumen("--activations", "int4", "logits", "-m", model_file, "--tokens", "2,9", "--out",
+                   work_dir() / "kernels-real-bad.npy")
+    assert cp.returncode != 0
+    lines = [l for l in cp.stderr.strip().splitlines() if l]
+    assert len(lines) == 1 and "--activations" in lines[0] and "int4" in lines[0], cp.stderr
