@@ -146,6 +146,11 @@ void decode_block32(WeightFormat f, const uint8_t* b, int k, int8_t* w, float* s
   }
 }
 
+// Column j's activation integer: q, or Q = 256 q + q_lo with split activations (ql set).
+inline int32_t activation_integer(const int8_t* q, const int8_t* ql, int64_t j) {
+  return ql != nullptr ? 256 * q[j] + ql[j] : q[j];
+}
+
 // The integer scales of 32-element sub-block k of a 256-element block (per half; equal for
 // the formats with one scale per 32) and the block's d: sw = d * sc (block_matmul.h).
 void integer_scales32(WeightFormat f, const uint8_t* b, int k, int* sc, float* d) {
@@ -220,10 +225,7 @@ void tile_scalar_k(const std::byte* rows, size_t row_bytes, int nr, const BlockA
             int sc[2];
             decode_block32(F, b, k, w, sw, mw);
             integer_scales32(F, b, k, sc, &d);
-            for (int j = 0; j < 32; ++j) {
-              const int32_t qv = ql != nullptr ? 256 * q[c * 32 + j] + ql[c * 32 + j] : q[c * 32 + j];
-              isum += int64_t(sc[j / 16]) * w[j] * qv;
-            }
+            for (int j = 0; j < 32; ++j) isum += int64_t(sc[j / 16]) * w[j] * activation_integer(q, ql, c * 32 + j);
             mins += mw[0] * hs[2 * c] + mw[1] * hs[2 * c + 1];
           }
           acc += (d * dx[sb * 8]) * float(isum);
@@ -257,8 +259,7 @@ void tile_scalar(const std::byte* rows, size_t row_bytes, int nr, const BlockAct
         for (int h = 0; h < 2; ++h) {
           int32_t isum = 0;
           for (int j = 16 * h; j < 16 * h + 16; ++j) {
-            const int32_t qv = ql != nullptr ? 256 * q[c * 32 + j] + ql[c * 32 + j] : q[c * 32 + j];
-            isum += int32_t(w[j]) * qv;
+            isum += int32_t(w[j]) * activation_integer(q, ql, c * 32 + j);
           }
           acc += sw[h] * dx[c] * float(isum) + mw[h] * hs[2 * c + h];
         }

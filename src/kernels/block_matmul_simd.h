@@ -490,6 +490,25 @@ constexpr BlockGeometry geometry(WeightFormat f) {
 // and no prefetch, 29 GB/s like this). A prefetch past the matrix's end is harmless.
 constexpr size_t kDecodePrefetchRows = 8;
 
+// Block sb of each of R rows: its address and decoder context; for decode (one token) every
+// cache line of the block kDecodePrefetchRows rows ahead is prefetched too (a 256-element block
+// spans 2 to 4 lines).
+template <WeightFormat F, int R, bool kPrefetch>
+inline void prepare_blocks(const uint8_t* const (&row)[R], int64_t sb, size_t row_bytes, const uint8_t* (&blk)[R],
+                           typename Decoder<F>::Ctx (&ctx)[R]) {
+  constexpr BlockGeometry kGeom = geometry(F);
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    blk[r] = row[r] + size_t(sb) * kGeom.bytes;
+    if constexpr (kPrefetch) {
+      const char* ahead = reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes);
+      #pragma GCC unroll 4
+      for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    }
+    Decoder<F>::prepare(blk[r], ctx[r]);
+  }
+}
+
 // Sign trick for the signed formats: |w| as vpmaddubsw's unsigned operand, the activations
 // take w's sign (AVX2's only signed x signed int8 product).
 template <class D>
@@ -531,16 +550,7 @@ void ktile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations
   for (int64_t sb = 0; sb < blocks; ++sb) {
     typename D::Ctx ctx[R];
     const uint8_t* blk[R];
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      blk[r] = row[r] + size_t(sb) * kGeom.bytes;
-      if constexpr (NT == 1) {  // every cache line of the block (a 256-block spans 2 to 4)
-        const char* ahead = reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes);
-        #pragma GCC unroll 4
-        for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-      }
-      D::prepare(blk[r], ctx[r]);
-    }
+    prepare_blocks<F, R, NT == 1>(row, sb, row_bytes, blk, ctx);
     __m256i ih[R][NT], il[R][NT];
     #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
@@ -627,16 +637,7 @@ void tile32_fixed(const std::byte* rows, size_t row_bytes, const BlockActivation
   for (int64_t sb = 0; sb < blocks; ++sb) {
     typename D::Ctx ctx[R];
     const uint8_t* blk[R];
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      blk[r] = row[r] + size_t(sb) * kGeom.bytes;
-      if constexpr (NT == 1) {  // every cache line of the block (a 256-block spans 2 to 4)
-        const char* ahead = reinterpret_cast<const char*>(blk[r] + kDecodePrefetchRows * row_bytes);
-        #pragma GCC unroll 4
-        for (size_t off = 0; off < kGeom.bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-      }
-      D::prepare(blk[r], ctx[r]);
-    }
+    prepare_blocks<F, R, NT == 1>(row, sb, row_bytes, blk, ctx);
     #pragma GCC unroll 8
     for (int k = 0; k < kSub; ++k) {
       const int64_t c = sb * kSub + k;
@@ -848,7 +849,9 @@ void kgemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActiva
 template <WeightFormat F, int R, int NT>
 void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
                   int64_t ldy) {
-  if constexpr (geometry(F).sub == 8) return kgemm16_fixed<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
+  if constexpr (geometry(F).sub == 8) {
+    kgemm16_fixed<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
+  } else {
   using D = Decoder<F>;
   using L = Decoded16<F>;
   const int64_t blocks = a.K / (32 * L::kSub);
@@ -899,6 +902,7 @@ void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivat
     }
   }
   write_outputs(acc, t0, y, ldy);
+  }
 }
 
 // Rows [0, nr) of the decoded buffer against tokens [t0, t0 + nt): kRows x kTokens sub-tiles,
