@@ -15,6 +15,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "kernels/bf16_matmul.h"
 #include "kernels/matmul.h"
 #include "kernels/qmatmul.h"
 #include "kernels/thread_pool.h"
@@ -648,6 +649,10 @@ void f32_matmul_entry(const float* x, int64_t T, const quant::WeightMatrix& w, f
   matmul_expanded(x, T, w, y, isa);
 }
 
+void bf16_matmul_entry(const float* x, int64_t T, const quant::WeightMatrix& w, float* y, Isa isa) {
+  bf16_matmul_isa(x, T, w, y, isa);
+}
+
 template <WeightFormat F>
 constexpr FormatKernels block_row() {
   return {F, ActivationKind::Q8x32, {nullptr, nullptr, nullptr}, block_matmul_entry};
@@ -656,7 +661,7 @@ constexpr FormatKernels block_row() {
 const FormatKernels kTable[quant::kWeightFormatCount] = {
     {WeightFormat::F32, ActivationKind::F32, {}, f32_matmul_entry},
     {WeightFormat::F16, ActivationKind::F32, {}, f32_matmul_entry},
-    {WeightFormat::BF16, ActivationKind::F32, {}, f32_matmul_entry},
+    {WeightFormat::BF16, ActivationKind::Bf16Pair, {}, bf16_matmul_entry},
     block_row<WeightFormat::Q8_0>(),
     block_row<WeightFormat::Q4_0>(),
     block_row<WeightFormat::Q4_1>(),

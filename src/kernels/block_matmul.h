@@ -134,6 +134,8 @@ enum class ActivationKind {
   F32,       // the f32 path: weights expanded, then dotted (f32, f16, the --exact reference)
   Q8x32,     // int8 per 32-element block with half and lane sums (BlockActivations)
   Q8Chunk,   // the X4 layouts' interleaved ActChunks (qmatmul.h)
+  Bf16Pair,  // bf16 weights: activations as two bf16 planes for vdpbf16ps (bf16_matmul.h) where
+             // the CPU has AVX-512 BF16, else the f32 path
 };
 
 // One row of the kernels' format table: how a weight format is multiplied on each ISA.

@@ -51,6 +51,15 @@ inline __m256i bytes_from_bits32(const uint8_t* x) {
 }
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+// acc + vpmaddwd(a, b): one vpdpwssd with VNNI (exact: the sums never reach 2^31, so its
+// wrapping and the separate add agree bit for bit).
+inline __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
+#ifdef LUMEN_BLOCK_VNNI
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
 inline __m256 halves(float a, float b) { return _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a)); }
 inline __m256i iq4_lookup(__m256i nibbles) {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues));
@@ -574,9 +583,8 @@ void ktile_fixed(const std::byte* rows, size_t row_bytes, const BlockActivations
         const __m256i sc = D::scale16(ctx[r], k);
         #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
-          ih[r][t] = _mm256_add_epi32(ih[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, activation_for<D>(xh[t], w)), sc));
-          if constexpr (kPair)
-            il[r][t] = _mm256_add_epi32(il[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, activation_for<D>(xl[t], w)), sc));
+          ih[r][t] = madd_add(ih[r][t], _mm256_maddubs_epi16(u, activation_for<D>(xh[t], w)), sc);
+          if constexpr (kPair) il[r][t] = madd_add(il[r][t], _mm256_maddubs_epi16(u, activation_for<D>(xl[t], w)), sc);
         }
       }
       if (k % D::kGroupSubs == D::kGroupSubs - 1) {
@@ -824,7 +832,7 @@ void kgemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActiva
           const __m256i xb = _mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16));
           #pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
-            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(_mm256_madd_epi16(wa[r], xa), _mm256_madd_epi16(wb[r], xb)));
+            isum[r][t] = madd_add(madd_add(isum[r][t], wa[r], xa), wb[r], xb);
         }
       }
       #pragma GCC unroll 8
@@ -886,8 +894,7 @@ void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivat
         #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const auto* w = reinterpret_cast<const __m256i*>(blk[r] + L::kCtxBytes + size_t(k) * 64);
-          const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(w), xa),
-                                                _mm256_madd_epi16(_mm256_load_si256(w + 1), xb));
+          const __m256i isum = madd_add(_mm256_madd_epi16(_mm256_load_si256(w), xa), _mm256_load_si256(w + 1), xb);
           acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sw[r], d), acc[r][t]);
         }
       }

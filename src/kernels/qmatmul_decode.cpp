@@ -100,10 +100,13 @@ void matmul_shared_input(const float* x, int64_t T, std::span<const quant::Weigh
   bool fused = T == 1 && ws.size() <= 8 && !exact_matmul();
   for (const auto* w : ws) fused = fused && decode_kernel_applies(*w) && w->cols == ws[0]->cols;
   if (fused) return qmatvec_q4(x, ws, ys, active_isa());
-  // Many tokens: one prefill call (activations quantized once for all the matrices).
+  // Many tokens: one prefill call (activations quantized once for all the matrices). One token
+  // in a set the decode kernel does not take whole (Q4 with Q8, say) goes matrix by matrix, so
+  // each matrix gets exactly what matmul() gives it alone (on AVX-512 the Q4 decode kernel and
+  // the prefill tile sum in different orders).
   const Isa isa = active_isa();
   const Q8Activations q8_mode = q8_activations();
-  bool prefill = ws.size() <= 8 && !exact_matmul();
+  bool prefill = T > 1 && ws.size() <= 8 && !exact_matmul();
   for (const auto* w : ws)
     prefill = prefill && prefill_kernel(w->format, isa, T, q8_mode) && w->cols == ws[0]->cols;
   if (prefill) return prefill_matmul(x, T, ws, ys, isa, q8_mode);

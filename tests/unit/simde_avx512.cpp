@@ -3,4 +3,5 @@
 #ifdef LUMEN_TEST_SIMDE_AVX512
 #include "../../src/kernels/prefill_avx512.cpp"
 #include "../../src/kernels/block_matmul_avx512.cpp"
+#include "../../src/kernels/bf16_matmul_avx512bf16.cpp"
 #endif
