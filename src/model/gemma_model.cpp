@@ -73,7 +73,14 @@ void GemmaModel::experts(const spec::LayerSpec& ls, const LayerWeights& lw, cons
     rms_norm(x + t * H, H, nullptr, false, eps, r);
     for (int64_t i = 0; i < H; ++i) r[i] = r[i] * lw.router_scale[size_t(i)] * root;
   }
-  matmul(routed.data(), T, lw.router, scores.data());
+  // A float router takes the f32 path on every path: its top-k choice is discrete (a rounded
+  // activation can swap two experts), it is a few thousand weights, and llama.cpp's files store it
+  // F32, so a bf16 checkpoint and its GGUF route alike.
+  const bool float_router = lw.router.format == quant::WeightFormat::BF16 || lw.router.format == quant::WeightFormat::F16;
+  if (float_router)
+    kernels::matmul_expanded(routed.data(), T, lw.router, scores.data(), kernels::active_isa());
+  else
+    matmul(routed.data(), T, lw.router, scores.data());
   std::vector<int32_t> chosen(size_t(T * K));
   std::vector<float> weight(size_t(T * K));
   std::vector<int32_t> order(static_cast<size_t>(E));

@@ -38,6 +38,10 @@ from conftest import (REPO, TOOLS, describe, greedy_case, mk, model_dir, record,
 from litert_tiny import tiny_packages
 
 REL_TOL = 1e-4
+# The default path on the bf16 checkpoints: where the CPU has AVX-512 BF16 the matrices take the
+# vdpbf16ps kernel, its activations rounded to 16 significant bits (measured: up to 1.4e-4 of the
+# exact path on tiny-all); elsewhere it is the exact path.
+FAST_REL_TOL = 1e-3
 SEQ_LEN = 64
 GREEDY_N = 32
 VARIANTS = ["tiny-ple", "tiny-kvshare", "tiny-ple-kvshare", "tiny-doublewide", "tiny-e2b", "tiny-moe-k1",
@@ -64,13 +68,18 @@ def test_variant_matches_transformers(variant, tmp_path):
     tokens = token_sequence(pd["vocab_size"], SEQ_LEN, seed=11)
     want = ref.logits(mdir, tokens)
     got = lumen_logits(tmp_path, "dir", tokens, "-m", mdir)
+    exact = lumen_logits(tmp_path, "exact", tokens, "-m", mdir, "--exact")
     assert got.shape == want.shape
-    rel = rel_diff(got, want)
+    # The exact path within 1e-4 of transformers, the default path near the exact one.
+    rel = rel_diff(exact, want)
+    fast_rel = rel_diff(got, exact)
     # The same logits from the packed copy, and from prefill chunks that split the KV-shared
     # layers' sources across steps.
     lmp = tmp_path / f"{variant}.lmp"
     cp = run_lumen("convert", mdir, lmp, "--quant", "f32")
     assert cp.returncode == 0, describe(cp)
+    # The f32 copy holds the checkpoint's bf16 numbers: equal on the exact path (on the default path
+    # the checkpoint's bf16 matrices take the vdpbf16ps kernel where the CPU has AVX-512 BF16).
     packed = lumen_logits(tmp_path, "lmp", tokens, "-m", lmp)
     chunked = lumen_logits(tmp_path, "chunked", tokens, "-m", mdir, "--prefill-chunk", "7")
     # Greedy: 32 tokens from the KV cache, identical to transformers' generate().
@@ -78,11 +87,12 @@ def test_variant_matches_transformers(variant, tmp_path):
     run = run_lumen("run", "-m", mdir, "--tokens", tokens_arg(prompt), "-n", GREEDY_N)
     assert run.returncode == 0, describe(run)
     got_ids = json.loads(run.stdout.strip().splitlines()[-1])
-    record("family", variant, dict(rel=rel, tol=REL_TOL, argmax_agree=float(np.mean(got.argmax(-1) == want.argmax(-1))),
-                                   packed_equal=bool(np.array_equal(packed, got)), chunked_rel=rel_diff(chunked, got),
+    record("family", variant, dict(rel=rel, tol=REL_TOL, fast_rel=fast_rel, argmax_agree=float(np.mean(got.argmax(-1) == want.argmax(-1))),
+                                   packed_equal=bool(np.array_equal(packed, exact)), chunked_rel=rel_diff(chunked, got),
                                    greedy_equal=got_ids == want_ids, greedy_margin=margin, prompt_seed=used))
     assert rel <= REL_TOL, f"{variant}: max|lumen-ref|/max|ref| = {rel:.3e}"
-    assert np.array_equal(packed, got), f"{variant}: the .lmp copy gives other logits ({rel_diff(packed, got):.3e})"
+    assert fast_rel <= FAST_REL_TOL, f"{variant}: default path vs exact path {fast_rel:.3e}"
+    assert np.array_equal(packed, exact), f"{variant}: the .lmp copy gives other logits ({rel_diff(packed, exact):.3e})"
     assert rel_diff(chunked, got) <= 1e-5
     assert got_ids == want_ids, f"{variant}: greedy\n lumen {got_ids}\n ref   {want_ids}"
 
