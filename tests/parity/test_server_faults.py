@@ -209,7 +209,7 @@ def test_request_timeout_ends_the_answer_or_refuses_the_queued():
         status, resp, _ = server.post(CHAT, body(480), timeout=60)
         full = time.monotonic() - t0
         assert status == 200 and json.loads(resp)["usage"]["completion_tokens"] == 480, resp
-    limit = f"{min(1.5, max(0.1, full / 3)):.3f}"
+    limit = f"{min(1.5, max(0.5, full / 3)):.3f}"
     with ss.serve("--parallel", "1", "--queue", "8", "--request-timeout", limit) as server:
         results = {}
 
