@@ -203,7 +203,8 @@ def test_max_tokens_beyond_the_context_is_clamped():
 
 def test_request_timeout_ends_the_answer_or_refuses_the_queued():
     # The limit is a third of what a whole 480-token answer takes on this machine (measured here:
-    # the tiny model answers in under a second on a fast CPU), so the answer is always cut.
+    # the tiny model answers in about a second on a fast CPU), so the answer is always cut; at least
+    # 0.5 s, so the queued requests' deadlines fall within a step or two of each other.
     with ss.serve("--parallel", "1") as server:
         t0 = time.monotonic()
         status, resp, _ = server.post(CHAT, body(480), timeout=60)
