@@ -63,7 +63,7 @@ std::vector<lumen::tokenizer::ChatMessage> read_messages(const std::string& path
       for (const auto& c : m["tool_calls"]) {
         lumen::tokenizer::ToolCall call;
         const auto& f = c.contains("function") ? c["function"] : c;
-        call.name = f.value("name", std::string());
+        if (f.contains("name") && f["name"].is_string()) call.name = f["name"].get<std::string>();
         if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
         if (f.contains("arguments")) call.arguments = f["arguments"];
         msg.tool_calls.push_back(std::move(call));

@@ -282,7 +282,7 @@ ApiRequest parse_chat_request(const std::string& body, const runtime::SamplingPa
     for (size_t i = 0; i < t->size(); ++i) {
       const std::string tw = "tools[" + std::to_string(i) + "]";
       const auto& tool = ordered["tools"][i];
-      if (!tool.is_object() || tool.value("type", std::string("function")) != "function" || !tool.contains("function") ||
+      if (!tool.is_object() || (tool.contains("type") && tool["type"] != "function") || !tool.contains("function") ||
           !tool["function"].is_object())
         bad(tw, "'" + tw + "' must be {\"type\": \"function\", \"function\": {...}}");
       const auto& fn = tool["function"];

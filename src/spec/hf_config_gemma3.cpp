@@ -44,6 +44,18 @@ struct Reader {
     if (!j[key].is_number()) fail(key, "is not a number");
     return j[key].get<double>();
   }
+  std::optional<std::string> string(const std::string& key) const {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_string()) fail(key, "is not a string");
+    return j[key].get<std::string>();
+  }
+  std::optional<bool> boolean(const std::string& key) const {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_boolean()) fail(key, "is not true or false");
+    return j[key].get<bool>();
+  }
+  // The same readers on a nested object (`key` names it in errors as parent.key).
+  Reader nested(const std::string& key) const { return Reader{j[key], source + "." + key}; }
 };
 
 }  // namespace
@@ -72,9 +84,10 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
   spec.attention_scale = float(1.0 / std::sqrt(r.number("query_pre_attn_scalar").value_or(head_dim)));
   if (auto cap = r.number("attn_logit_softcapping"); cap && *cap > 0) spec.attn_logit_softcap = float(*cap);
   if (auto cap = r.number("final_logit_softcapping"); cap && *cap > 0) spec.final_logit_softcap = float(*cap);
-  spec.tie_embeddings = t.value("tie_word_embeddings", config.value("tie_word_embeddings", true));
+  const Reader outer{config, source};
+  spec.tie_embeddings = r.boolean("tie_word_embeddings").value_or(outer.boolean("tie_word_embeddings").value_or(true));
   spec.embedding_scale = std::sqrt(float(spec.hidden_size));
-  const std::string act = t.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+  const std::string act = r.string("hidden_activation").value_or("gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh") r.fail("hidden_activation", "is \"" + printable(act) + "\"; Gemma 3 uses gelu_pytorch_tanh");
   spec.activation = "gelu_tanh";
 
@@ -83,15 +96,19 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
   double scaling = 1.0;
   if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
     const json& rp = t["rope_parameters"];
-    if (rp.contains("full_attention") && rp["full_attention"].contains("rope_theta"))
-      global_theta = rp["full_attention"]["rope_theta"].get<double>();
-    if (rp.contains("sliding_attention") && rp["sliding_attention"].contains("rope_theta"))
-      local_theta = rp["sliding_attention"]["rope_theta"].get<double>();
+    const Reader parameters{rp, source + ": rope_parameters"};
+    for (const char* kind : {"full_attention", "sliding_attention"}) {
+      if (!rp.contains(kind)) continue;
+      if (!rp[kind].is_object()) parameters.fail(kind, "is not an object");
+      if (auto theta = parameters.nested(kind).number("rope_theta"))
+        (std::string(kind) == "full_attention" ? global_theta : local_theta) = *theta;
+    }
   }
   if (t.contains("rope_scaling") && t["rope_scaling"].is_object()) {
     const json& rs = t["rope_scaling"];
-    const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
-    if (type == "linear") scaling = rs.value("factor", 1.0);
+    const Reader rope_scaling{rs, source + ": rope_scaling"};
+    const std::string type = rope_scaling.string("rope_type").value_or(rope_scaling.string("type").value_or("default"));
+    if (type == "linear") scaling = rope_scaling.number("factor").value_or(1.0);
     else if (type != "default") r.fail("rope_scaling", "has rope_type \"" + printable(type) + "\" (linear or default)");
   }
   std::vector<AttentionKind> kinds(size_t(n_layers), AttentionKind::Sliding);
@@ -110,7 +127,8 @@ ModelSpec spec_from_gemma3_hf_config(const json& config, const std::string& sour
   }
   spec.tokens.pad = r.token_id("pad_token_id", 0);
   spec.tokens.bos = r.token_id("bos_token_id", 2);
-  const json eos = t.contains("eos_token_id") ? t["eos_token_id"] : config.value("eos_token_id", json(1));
+  const json eos = t.contains("eos_token_id") ? t["eos_token_id"]
+                   : config.contains("eos_token_id") ? config["eos_token_id"] : json(1);
   spec.tokens.stop.clear();
   if (eos.is_array()) {
     for (const auto& e : eos) spec.tokens.stop.push_back(r.token_id(e, "eos_token_id"));

@@ -293,7 +293,9 @@ LitertMap load_map_file(const std::string& path, const PackageConstants& pc) {
     if (!f.is_object() || !f.contains("scale") || !f["scale"].is_number() || !(f["scale"].get<double>() > 0) ||
         !(f["scale"].get<double>() <= 65504.0))  // an f16-range scale
       throw Error(path + ": `fixed_int4.scale` must be a positive number (at most 65504)");
-    const std::string storage = f.value("storage", std::string("offset_binary"));
+    if (f.contains("storage") && !f["storage"].is_string())
+      throw Error(path + ": `fixed_int4.storage` is not a string (offset_binary or twos_complement)");
+    const std::string storage = f.contains("storage") ? f["storage"].get<std::string>() : "offset_binary";
     if (storage != "offset_binary" && storage != "twos_complement")
       throw Error(path + ": `fixed_int4.storage` is \"" + printable(storage) + "\" (offset_binary or twos_complement)");
     map.fixed_int4 = FixedInt4{f["scale"].get<float>(), storage == "offset_binary"};

@@ -25,7 +25,11 @@ std::optional<std::string> receipt_problem(const std::string& receipt_path, cons
   } catch (const std::exception&) {
     return "receipt " + receipt_path + " is not valid JSON";
   }
-  if (!j.is_object() || j.value("schema", std::string()) != kReceiptSchema)
+  // A field of the wrong type reads as absent (a receipt is either valid or it is not).
+  auto text_field = [&](const char* key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  if (!j.is_object() || text_field("schema") != kReceiptSchema)
     return "receipt " + receipt_path + " is not a " + kReceiptSchema + " receipt";
   std::string package_sha;
   if (j.contains("package") && j["package"].is_object() && j["package"].contains("sha256") &&
@@ -36,7 +40,7 @@ std::optional<std::string> receipt_problem(const std::string& receipt_path, cons
   if (package_sha != actual)
     return "receipt " + receipt_path + " is for another package (SHA-256 " + package_sha.substr(0, 16) + "..., this one is " +
            actual.substr(0, 16) + "...)";
-  const std::string verdict = j.value("verdict", std::string());
+  const std::string verdict = text_field("verdict");
   if (verdict != "pass")
     return "receipt " + receipt_path + " has verdict " + in_quotes(printable(verdict.empty() ? "(none)" : verdict)) +
            ", not \"pass\"";

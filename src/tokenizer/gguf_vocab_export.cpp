@@ -73,9 +73,12 @@ int64_t add_gemma4_vocab_to_gguf(const std::string& dir, formats::GgufMetadata& 
   if (!tj.is_object() || !tj.contains("model") || !tj["model"].is_object())
     throw Error(tj_name + ": no 'model' object");
   const json& model = tj["model"];
-  if (model.value("type", "") != "BPE" || !model.value("byte_fallback", false))
+  auto is = [](const json& object, const char* key, const json& want) {
+    return object.contains(key) && object[key] == want;
+  };
+  if (!is(model, "type", "BPE") || !is(model, "byte_fallback", true))
     throw Error(tj_name + ": model.type is not a byte-fallback BPE; llama.cpp's gemma4 vocabulary needs one");
-  if (!tj.contains("decoder") || !tj["decoder"].is_object() || tj["decoder"].value("type", "") != "Sequence")
+  if (!tj.contains("decoder") || !tj["decoder"].is_object() || !is(tj["decoder"], "type", "Sequence"))
     throw Error(tj_name + ": decoder.type is not 'Sequence' (not a Llama-style BPE tokenizer)");
   if (!model.contains("vocab") || !model["vocab"].is_object()) throw Error(tj_name + ": model.vocab is not an object");
 

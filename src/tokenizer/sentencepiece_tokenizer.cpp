@@ -5,23 +5,100 @@
 // renders them as text unless skip_special.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
 #include <sentencepiece_processor.h>
 
 #include "base/error.h"
+#include "formats/protobuf_wire.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace lumen::tokenizer {
 namespace {
 
+// The library trusts a model's precompiled character map (a darts-clone double array over
+// UTF-8 bytes plus the replacement strings it points into): a trie transition or a value
+// outside the blob reads outside the model (a fuzzed model crashed the library this way).
+// This walks every state an input can reach and checks each read the library's
+// commonPrefixSearch and Normalizer::NormalizePrefix would make.
+void check_charsmap(std::string_view blob, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw Error(where + ": " + what); };
+  if (blob.empty()) return;  // no normalization rules
+  uint32_t trie_bytes = 0;
+  if (blob.size() <= 4) fail("is " + std::to_string(blob.size()) + " bytes, shorter than its header");
+  std::memcpy(&trie_bytes, blob.data(), 4);  // little-endian, as the library reads it
+  blob.remove_prefix(4);
+  if (trie_bytes >= blob.size())
+    fail("claims a " + std::to_string(trie_bytes) + "-byte trie in " + std::to_string(blob.size()) + " bytes");
+  const size_t units = trie_bytes / 4;
+  const std::string_view replacements = blob.substr(trie_bytes);
+  if (units == 0) fail("has an empty trie");
+  auto unit = [&](size_t i) {
+    uint32_t u;
+    std::memcpy(&u, blob.data() + 4 * i, 4);
+    return u;
+  };
+  // darts-clone's unit layout: label (low byte, with bit 31), has-leaf bit 8, offset above bit 10.
+  auto label = [](uint32_t u) { return u & ((1u << 31) | 0xffu); };
+  auto has_leaf = [](uint32_t u) { return ((u >> 8) & 1u) != 0; };
+  auto offset = [](uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+  std::vector<bool> seen(units, false);
+  std::vector<size_t> todo;
+  auto visit = [&](uint64_t base) {
+    // Every byte c of the input reads the unit at base ^ c: all 256 must lie inside the trie.
+    if ((base | 0xffu) >= units) fail("has a trie transition outside its " + std::to_string(units) + " units");
+    if (!seen[size_t(base)]) {
+      seen[size_t(base)] = true;
+      todo.push_back(size_t(base));
+    }
+  };
+  visit(offset(unit(0)));
+  while (!todo.empty()) {
+    const size_t base = todo.back();
+    todo.pop_back();
+    for (uint32_t c = 0; c < 256; ++c) {
+      const uint32_t u = unit(base ^ c);
+      if (label(u) != c) continue;
+      const uint64_t next = (base ^ c) ^ offset(u);
+      if (has_leaf(u)) {
+        if (next >= units) fail("has a trie value outside its " + std::to_string(units) + " units");
+        const uint32_t value = unit(size_t(next)) & ((1u << 31) - 1);
+        // The replacement is read as a NUL-terminated string from that position.
+        if (value >= replacements.size() || replacements.find('\0', value) == std::string_view::npos)
+          fail("has a replacement at byte " + std::to_string(value) + " outside its " +
+               std::to_string(replacements.size()) + " bytes of NUL-terminated strings");
+      }
+      visit(next);
+    }
+  }
+}
+
+// The normalizer_spec (3) and denormalizer_spec (5) of a ModelProto, each's precompiled_charsmap (2).
+void check_normalizers(std::string_view proto, const std::string& source) {
+  formats::pb::Reader model(proto, source + ": not a SentencePiece model");
+  while (!model.done()) {
+    const formats::pb::Field f = model.next();
+    if ((f.number != 3 && f.number != 5) || f.type != formats::pb::WireType::Len) continue;
+    const std::string spec = f.number == 3 ? "normalizer_spec" : "denormalizer_spec";
+    formats::pb::Reader inner(f.bytes, source + ": " + spec);
+    while (!inner.done()) {
+      const formats::pb::Field g = inner.next();
+      if (g.number == 2 && g.type == formats::pb::WireType::Len)
+        check_charsmap(g.bytes, source + ": " + spec + ".precompiled_charsmap");
+    }
+  }
+}
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string_view proto, const std::string& source) : source_(source) {
     if (proto.empty()) throw Error(source + ": empty file, not a SentencePiece model");
+    check_normalizers(proto, source);
     sentencepiece::util::Status status;
     try {
       status = processor_.LoadFromSerializedProto(std::string(proto));

@@ -106,6 +106,7 @@ TEST(ServerApi, MalformedChatRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "maybe"})", "tool_choice", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}})", "response_format.type", "invalid_value"},
       {R"({"messages": [{"role": "tool", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools[0].function.name", "invalid_value"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": 5, "function": {"name": "a"}}]})", "tools[0]", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"})", "stream", "invalid_type"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]})", "stop", "invalid_value"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "stop": [1]})", "stop", "invalid_type"},

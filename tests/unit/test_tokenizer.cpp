@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -276,6 +277,73 @@ TEST(SentencePiece, MalformedModelsAreOneLineErrors) {
   const fs::path garbage = write_temp_file("garbage.model", "\x0a\x05hello\x12");
   EXPECT_THROW(load_sentencepiece(garbage.string()), Error);
   EXPECT_THROW(load_sentencepiece((temp_dir() / "none.model").string()), Error);
+}
+
+// A model trained by the sentencepiece package with five normalization rules (A->a, B->b,
+// fullwidth A->a, fullwidth B->bb, circled 1->1): its precompiled character map is a real
+// 256-unit darts trie. Ids as the sentencepiece package gives them.
+std::string rules_model_bytes() {
+  std::ifstream in(fs::path(LUMEN_TEST_DATA_DIR) / "sentencepiece-rules.model", std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(SentencePiece, PrecompiledCharsMapNormalizes) {
+  const std::string bytes = rules_model_bytes();
+  ASSERT_FALSE(bytes.empty());
+  const auto tok = load_sentencepiece_bytes(bytes, "rules.model");
+  EXPECT_EQ(tok->encode("AB \uFF21\uFF22 \u2460 x"), Ids({3, 19, 7, 3, 19, 7, 7, 3, 24, 3, 14}));
+}
+
+TEST(SentencePiece, BrokenCharsMapsAreRefusedBeforeTheLibraryReadsThem) {
+  const std::string good = rules_model_bytes();
+  // normalizer_spec.precompiled_charsmap: tag 0x12, length 1037 (varint 0x8d 0x08), then a
+  // 4-byte trie size (1024) and the trie.
+  const size_t at = good.find("\x12\x8d\x08");
+  ASSERT_NE(at, std::string::npos);
+  const size_t blob = at + 3;
+  auto put32 = [](std::string& s, size_t pos, uint32_t v) { std::memcpy(s.data() + pos, &v, 4); };
+  auto refused = [](const std::string& bytes) {
+    try {
+      load_sentencepiece_bytes(bytes, "bad.model");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  std::string short_trie = good;  // a 3-byte trie: no unit at all (the fuzzer's crash)
+  put32(short_trie, blob, 3);
+  EXPECT_NE(refused(short_trie).find("bad.model: normalizer_spec.precompiled_charsmap: has an empty trie"),
+            std::string::npos) << refused(short_trie);
+  std::string far_root = good;  // the root's children far outside the trie
+  put32(far_root, blob + 4, 0xfffffc00u);
+  EXPECT_NE(refused(far_root).find("trie transition outside its 256 units"), std::string::npos) << refused(far_root);
+  std::string oversized = good;  // a trie larger than the blob
+  put32(oversized, blob, 5000);
+  EXPECT_NE(refused(oversized).find("claims a 5000-byte trie"), std::string::npos) << refused(oversized);
+  // A replacement offset past the strings: every leaf's value unit set to a huge offset.
+  std::string far_value = good;
+  int changed = 0;
+  for (size_t u = 0; u < 256; ++u) {
+    uint32_t unit;
+    std::memcpy(&unit, far_value.data() + blob + 4 + 4 * u, 4);
+    const bool leaf = (unit >> 8) & 1u;
+    if (!leaf) continue;
+    const uint32_t offset = (unit >> 10) << ((unit & (1u << 9)) >> 6);
+    // The leaf's value sits at (this unit's index) ^ offset; the label of a leaf child is 0.
+    const size_t value_unit = u ^ offset;
+    if (value_unit < 256) {
+      put32(far_value, blob + 4 + 4 * value_unit, 0x7ffffff0u);
+      ++changed;
+    }
+  }
+  ASSERT_GT(changed, 0);
+  EXPECT_NE(refused(far_value).find("has a replacement at byte"), std::string::npos) << refused(far_value);
+  for (const auto& entry : fs::directory_iterator(LUMEN_TEST_DATA_DIR))
+    if (entry.path().extension() == ".model") {
+      std::ifstream in(entry.path(), std::ios::binary);
+      const std::string model(std::istreambuf_iterator<char>(in), {});
+      EXPECT_NO_THROW(load_sentencepiece_bytes(model, entry.path().string()));
+    }
 }
 
 // --- GGUF metadata --------------------------------------------------------------------
