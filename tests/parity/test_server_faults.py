@@ -104,7 +104,9 @@ def test_sigterm_lets_a_running_answer_finish_and_exits_0():
         result = {}
 
         def ask():
-            result["status"], result["body"], _ = server.post(CHAT, body(40), timeout=120)
+            # A whole answer (~0.5 s on a fast idle CPU): long enough to be seen running by a
+            # 50 ms poll (40 tokens once finished between two polls).
+            result["status"], result["body"], _ = server.post(CHAT, body(480), timeout=120)
 
         t = threading.Thread(target=ask)
         t.start()
@@ -116,7 +118,7 @@ def test_sigterm_lets_a_running_answer_finish_and_exits_0():
         t.join(60)
         assert result.get("status") == 200, result
         answer = json.loads(result["body"])
-        assert answer["usage"]["completion_tokens"] == 40 and answer["choices"][0]["finish_reason"] == "length"
+        assert answer["usage"]["completion_tokens"] == 480 and answer["choices"][0]["finish_reason"] == "length"
         server.proc.wait(30)
         assert server.proc.returncode == 0, "\n".join(server.log[-20:])
         assert time.monotonic() - t0 < 30
