@@ -39,9 +39,7 @@ namespace fs = std::filesystem;
 std::string nested(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
 
 fs::path bounds_temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("lumen-bounds-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  return test_support::process_temp_dir("lumen-bounds-") / name;
 }
 
 void write(const fs::path& path, const std::string& bytes) {

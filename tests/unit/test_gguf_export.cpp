@@ -42,7 +42,9 @@ formats::GgufFile round_trip(const formats::GgufMetadata& md, const std::string&
   const fs::path p = fs::temp_directory_path() / ("lumen-gguf-export-" + std::to_string(::getpid()) + "-" + tag + ".gguf");
   formats::GgufWriter w(p.string(), md, {});
   w.finish();
-  return formats::GgufFile::open(p.string());
+  formats::GgufFile f = formats::GgufFile::open(p.string());
+  fs::remove(p);  // the open file stays readable; nothing is left in the temp folder
+  return f;
 }
 
 TEST(GgufExport, E2BKeysAsTheConverterWritesThem) {

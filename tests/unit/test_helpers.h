@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -18,6 +21,28 @@
 #include "quant/weight_matrix.h"
 
 namespace lumen::test_support {
+
+// A folder for this test process's files, under the system's temp folder, named `prefix` and
+// the process id; removed with everything in it when the process exits, so no run leaves
+// files behind.
+inline std::filesystem::path process_temp_dir(const std::string& prefix) {
+  struct Owned {
+    std::filesystem::path path;
+    ~Owned() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  // Destroyed, and the folders removed, at exit; a list never copies (and so never destroys)
+  // an element when it grows.
+  static std::list<Owned> dirs;
+  for (const Owned& d : dirs)
+    if (d.path.filename() == prefix + std::to_string(::getpid())) return d.path;
+  std::filesystem::path path = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  std::filesystem::create_directories(path);
+  dirs.emplace_back().path = path;
+  return path;
+}
 
 // The message of the lumen::Error `fn` throws, or "" when it throws none. Lumen's errors are
 // one line naming the file, field or request at fault: a newline in one fails the test.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "test_helpers.h"
 #include "formats/sha256.h"
 #include "model/weights_litert.h"
 #include "quant/int4.h"
@@ -292,7 +293,7 @@ TEST(LitertBinder, WrongShapeAndMissingTensorsNameTheConstant) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / ("lumen-litert-map-" + name);
+  const auto path = test_support::process_temp_dir("lumen-litert-map-") / name;
   std::ofstream(path) << text;
   return path.string();
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "test_helpers.h"
 #include "formats/gguf.h"
 #include "spec/model_spec.h"
 #include "tokenizer/chat_format.h"
@@ -28,12 +29,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("lumen-tokenizer-test-" + std::to_string(getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  return test_support::process_temp_dir("lumen-tokenizer-test-");
 }
 
 fs::path write_temp_file(const std::string& name, const std::string& bytes) {
