@@ -444,16 +444,20 @@ const BlockActivations& BlockActivationBuffer::quantize(const float* x, int64_t 
         const float dh = d[c], dl = dh / 256.0f;
         residual_lo32(v + 32 * c, q + 32 * c, dh, dl, lo + 32 * c);
         // Q as int16 in the prefill kernels' order: elements 4l, 4l + 1, then 4l + 2, 4l + 3.
+        // (Constant indices: the earlier element-by-element index arithmetic was ~6% of the
+        // 270M's prefill.)
         int16_t* q16 = acts_.q16 + t * K + 32 * c;
-        for (int j = 0; j < 32; ++j) {
-          const int64_t src = 32 * c + 4 * ((j % 16) / 2) + (j % 2) + 2 * (j / 16);
-          q16[j] = int16_t(256 * q[src] + lo[src]);
+        const int8_t* qc = q + 32 * c;
+        const int8_t* lc = lo + 32 * c;
+        for (int l = 0; l < 8; ++l) {
+          const int e = 4 * l;
+          q16[2 * l] = int16_t(256 * qc[e] + lc[e]);
+          q16[2 * l + 1] = int16_t(256 * qc[e + 1] + lc[e + 1]);
+          q16[16 + 2 * l] = int16_t(256 * qc[e + 2] + lc[e + 2]);
+          q16[16 + 2 * l + 1] = int16_t(256 * qc[e + 3] + lc[e + 3]);
+          lanes[8 * c + l] = 256 * lanes[8 * c + l] + lc[e] + lc[e + 1] + lc[e + 2] + lc[e + 3];
         }
         d[c] = dl;
-        for (int l = 0; l < 8; ++l) {
-          const int64_t j = 32 * c + 4 * l;
-          lanes[8 * c + l] = 256 * lanes[8 * c + l] + lo[j] + lo[j + 1] + lo[j + 2] + lo[j + 3];
-        }
         for (int h = 0; h < 2; ++h) {
           const int32_t* lh = lanes + 8 * c + 4 * h;
           half[2 * c + h] = dl * float(lh[0] + lh[1] + lh[2] + lh[3]);
