@@ -854,9 +854,82 @@ void kgemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActiva
   write_outputs(acc, t0, y, ldy);
 }
 
+#ifdef LUMEN_BLOCK_VNNI
+// AVX-512: the 32-element formats without mins, two rows per 512-bit register. Per (row,
+// token, block) the 256-bit kernel below spends two integer multiply-adds and three f32
+// operations (scale product, conversion, multiply-add), all on the two 256-bit ports; here
+// one zmm operation serves rows r and r + 1 of the same token and block, lanes 0-7 row r's,
+// lanes 8-15 row r + 1's, each in the 256-bit kernel's lane order. Every lane sees the same
+// integers and the same f32 operations in the same order, and each half is summed by the
+// same hsum, so the outputs are the 256-bit kernel's bit for bit (and so decode's).
+template <WeightFormat F, int R, int NT>
+void gemm16_row_pairs(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                      int64_t ldy) {
+  using D = Decoder<F>;
+  using L = Decoded16<F>;
+  static_assert(L::kSub == 1 && !D::kHasMin && R % 2 == 0);
+  constexpr int P = R / 2;
+  const int64_t blocks = a.K / 32;
+  const int16_t* q[NT];
+  const float* dx[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q16_of(t0 + t);
+    dx[t] = a.d_of(t0 + t);
+  }
+  __m512 acc[P][NT];
+  #pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < blocks; ++c) {
+    __m512i w0[P], w1[P];
+    __m512 sw[P];
+    #pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const std::byte* b0 = dec + size_t(2 * p) * dec_row_bytes + size_t(c) * L::kBlockBytes;
+      const std::byte* b1 = b0 + dec_row_bytes;
+      const auto* u0 = reinterpret_cast<const __m256i*>(b0 + L::kCtxBytes);
+      const auto* u1 = reinterpret_cast<const __m256i*>(b1 + L::kCtxBytes);
+      w0[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_load_si256(u0)), _mm256_load_si256(u1), 1);
+      w1[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_load_si256(u0 + 1)), _mm256_load_si256(u1 + 1), 1);
+      // (64-bit-lane inserts and extracts: AVX-512 F, where the 32-bit-lane ones need DQ.)
+      const __m256 s0 = D::scales(*reinterpret_cast<const typename D::Ctx*>(b0), 0);
+      const __m256 s1 = D::scales(*reinterpret_cast<const typename D::Ctx*>(b1), 0);
+      sw[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(s0)), _mm256_castps_pd(s1), 1));
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512i xa = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c)));
+      const __m512i xb =
+          _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16)));
+      const __m512 d = _mm512_set1_ps(dx[t][c]);
+      #pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        const __m512i isum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0[p], xa), w1[p], xb);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw[p], d), acc[p][t]);
+      }
+    }
+  }
+  #pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      y[(t0 + t) * ldy + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][t]));
+      y[(t0 + t) * ldy + 2 * p + 1] = hsum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1)));
+    }
+}
+#endif
+
 template <WeightFormat F, int R, int NT>
 void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
                   int64_t ldy) {
+#ifdef LUMEN_BLOCK_VNNI
+  if constexpr (geometry(F).sub == 1 && !Decoder<F>::kHasMin && R % 2 == 0) {
+    gemm16_row_pairs<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
+    return;
+  }
+#endif
   if constexpr (geometry(F).sub == 8) {
     kgemm16_fixed<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
   } else {

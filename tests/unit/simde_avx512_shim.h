@@ -23,3 +23,10 @@ inline simde__m512i lumen_simde_mm512_cvtps_epi32(simde__m512 a) {
 }
 #define _mm512_cvtepi32_ps(a) lumen_simde_mm512_cvtepi32_ps(a)
 #define _mm512_cvtps_epi32(a) lumen_simde_mm512_cvtps_epi32(a)
+
+// SIMDe 0.7 defines this alias with the masked form's four arguments.
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+// Zero-extending casts SIMDe 0.7 lacks.
+#define _mm512_zextsi256_si512(a) simde_mm512_inserti64x4(simde_mm512_setzero_si512(), (a), 0)
+#define _mm512_zextpd256_pd512(a) simde_mm512_insertf64x4(simde_mm512_setzero_pd(), (a), 0)
