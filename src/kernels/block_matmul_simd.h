@@ -927,8 +927,7 @@ void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivat
 #ifdef LUMEN_BLOCK_VNNI
   if constexpr (geometry(F).sub == 1 && !Decoder<F>::kHasMin && R % 2 == 0) {
     gemm16_row_pairs<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
-    return;
-  }
+  } else
 #endif
   if constexpr (geometry(F).sub == 8) {
     kgemm16_fixed<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);

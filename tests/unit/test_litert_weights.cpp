@@ -331,6 +331,7 @@ TEST(LitertMap, MapFileIsCheckedAgainstThePackage) {
        "is listed twice"},
       {head + R"("entries": [{"constant": 0, "layer": 1, "role": "input_layernorm", "transform": "split_qkv"}]})", "does not apply"},
       {head + R"("fixed_int4": {"scale": -1}, "entries": []})", "fixed_int4.scale"},
+      {head + R"("fixed_int4": {"scale": 1, "storage": 3}, "entries": []})", "`fixed_int4.storage` is not a string"},
       {head + R"("entries": 3})", "`entries` is missing or not an array"},
   };
   int i = 0;
