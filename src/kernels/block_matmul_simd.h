@@ -921,12 +921,116 @@ void gemm16_row_pairs(const std::byte* dec, size_t dec_row_bytes, const BlockAct
 }
 #endif
 
+#ifdef LUMEN_BLOCK_VNNI
+// AVX-512: the 256-element formats (kgemm16_fixed) two rows per 512-bit register, lanes 0-7
+// row r's, lanes 8-15 row r + 1's, each half in the 256-bit kernel's lane order: one zmm
+// vpdpwssd does what two ymm ones did, which is most of this kernel's work (its f32
+// operations come once per conversion group). Each half sees the same integers, the same
+// d * dx products, the same conversions and multiply-adds and the same min terms (the
+// format's own add_mins on that half) in the same order, and the same hsum at the end, so
+// the outputs are kgemm16_fixed's bit for bit (and so decode's).
+template <WeightFormat F, int R, int NT>
+void kgemm16_row_pairs(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
+                       int64_t ldy) {
+  using D = Decoder<F>;
+  using L = Decoded16<F>;
+  using Ctx = typename D::Ctx;
+  static_assert(L::kSub == 8 && R % 2 == 0);
+  constexpr int P = R / 2;
+  const int64_t blocks = a.K / 256;
+  const int16_t* q[NT];
+  const float* dx[NT];
+  const float* hs[NT];
+  const float* s32[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    q[t] = a.q16_of(t0 + t);
+    dx[t] = a.d_of(t0 + t);
+    hs[t] = a.half_sums_of(t0 + t);
+    s32[t] = a.block_sums_of(t0 + t);
+  }
+  __m512 acc[P][NT];
+  #pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    const std::byte* blk[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) blk[r] = dec + size_t(r) * dec_row_bytes + size_t(sb) * L::kBlockBytes;
+    __m512 dpair[P];  // lanes 0-7 row 2p's d, lanes 8-15 row 2p + 1's
+    #pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const __m256 d0 = _mm256_set1_ps(reinterpret_cast<const Ctx*>(blk[2 * p])->d);
+      const __m256 d1 = _mm256_set1_ps(reinterpret_cast<const Ctx*>(blk[2 * p + 1])->d);
+      dpair[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(d0)), _mm256_castps_pd(d1), 1));
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < 8; g += D::kGroupSubs) {
+      __m512i isum[P][NT];
+      #pragma GCC unroll 8
+      for (int p = 0; p < P; ++p)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) isum[p][t] = _mm512_setzero_si512();
+      #pragma GCC unroll 8
+      for (int k = g; k < g + D::kGroupSubs; ++k) {
+        const int64_t c = sb * 8 + k;
+        __m512i wa[P], wb[P];
+        #pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+          const auto* u0 = reinterpret_cast<const __m256i*>(blk[2 * p] + L::kCtxBytes + size_t(k) * 64);
+          const auto* u1 = reinterpret_cast<const __m256i*>(blk[2 * p + 1] + L::kCtxBytes + size_t(k) * 64);
+          wa[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_load_si256(u0)), _mm256_load_si256(u1), 1);
+          wb[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_load_si256(u0 + 1)), _mm256_load_si256(u1 + 1), 1);
+        }
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          const __m512i xa = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c)));
+          const __m512i xb =
+              _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[t] + 32 * c + 16)));
+          #pragma GCC unroll 8
+          for (int p = 0; p < P; ++p) isum[p][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[p][t], wa[p], xa), wb[p], xb);
+        }
+      }
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m512 d = _mm512_set1_ps(dx[t][sb * 8]);
+        #pragma GCC unroll 8
+        for (int p = 0; p < P; ++p)
+          acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[p][t]), _mm512_mul_ps(dpair[p], d), acc[p][t]);
+      }
+    }
+    if constexpr (D::kHasMin) {
+      #pragma GCC unroll 8
+      for (int p = 0; p < P; ++p)
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          __m256 lo = _mm512_castps512_ps256(acc[p][t]);
+          __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1));
+          D::add_mins(*reinterpret_cast<const Ctx*>(blk[2 * p]), hs[t] + 16 * sb, s32[t] + 8 * sb, lo);
+          D::add_mins(*reinterpret_cast<const Ctx*>(blk[2 * p + 1]), hs[t] + 16 * sb, s32[t] + 8 * sb, hi);
+          acc[p][t] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+        }
+    }
+  }
+  #pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      y[(t0 + t) * ldy + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][t]));
+      y[(t0 + t) * ldy + 2 * p + 1] = hsum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][t]), 1)));
+    }
+}
+#endif
+
 template <WeightFormat F, int R, int NT>
 void gemm16_fixed(const std::byte* dec, size_t dec_row_bytes, const BlockActivations& a, int64_t t0, float* y,
                   int64_t ldy) {
 #ifdef LUMEN_BLOCK_VNNI
   if constexpr (geometry(F).sub == 1 && !Decoder<F>::kHasMin && R % 2 == 0) {
     gemm16_row_pairs<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
+  } else if constexpr (geometry(F).sub == 8 && R % 2 == 0) {
+    kgemm16_row_pairs<F, R, NT>(dec, dec_row_bytes, a, t0, y, ldy);
   } else
 #endif
   if constexpr (geometry(F).sub == 8) {
